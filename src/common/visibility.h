@@ -1,0 +1,89 @@
+// Which keys a query reads (contract sections 4 and 5), as one set of __host__ __device__ rules
+// used by the CPU reference and the Hopper kernels alike, so that they cannot disagree.
+//
+// Every value read from user memory (sequence lengths, offsets, block ids, page ids) is treated
+// as untrusted: each rule clamps or rejects so that no value leads to an out-of-bounds access.
+#pragma once
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define FLASHMSA_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FLASHMSA_HOST_DEVICE inline
+#endif
+
+namespace flashmsa {
+
+constexpr int kBlockSize = 128;  // tokens per selectable block (= page size of a paged cache)
+
+// A request's query rows [begin, end) in the concatenated q, clamped into [0, total_q] so that
+// garbage prefix sums yield an empty or partial range, never an out-of-bounds one.
+struct RowRange {
+  int64_t begin;
+  int64_t end;
+};
+
+FLASHMSA_HOST_DEVICE int64_t clamp_i64(int64_t x, int64_t lo, int64_t hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+
+FLASHMSA_HOST_DEVICE RowRange clamped_range(const int32_t* cu_seqlens, int64_t b, int64_t total) {
+  int64_t begin = clamp_i64(cu_seqlens[b], 0, total);
+  int64_t end = clamp_i64(cu_seqlens[b + 1], begin, total);
+  return {begin, end};
+}
+
+// Number of keys of request b that may be read.
+// Flat: the row range of cu_seqlens_k clamped into k's rows.
+// Paged: seqused_k clamped into [0, max_pages * 128] (blocks past the table don't exist).
+FLASHMSA_HOST_DEVICE int64_t request_seqlen_k(bool is_paged, const int32_t* cu_seqlens_k,
+                                              const int32_t* seqused_k, int64_t b,
+                                              int64_t total_k, int64_t max_pages) {
+  if (is_paged) return clamp_i64(seqused_k[b], 0, max_pages * kBlockSize);
+  RowRange r = clamped_range(cu_seqlens_k, b, total_k);
+  return r.end - r.begin;
+}
+
+FLASHMSA_HOST_DEVICE int64_t num_blocks(int64_t seqlen_k) {
+  return (seqlen_k + kBlockSize - 1) / kBlockSize;
+}
+
+// Causal position of a request's first query (contract section 5). The scalar and per-request
+// offsets are taken as given (negative positions read nothing).
+FLASHMSA_HOST_DEVICE int64_t first_query_position(int q_offset_mode, int64_t q_offset_value,
+                                                  const int32_t* q_offset_per_request, int64_t b,
+                                                  int64_t seqlen_q, int64_t seqlen_k) {
+  if (q_offset_mode == 1) return q_offset_value;
+  if (q_offset_mode == 2) return q_offset_per_request[b];
+  return seqlen_k - seqlen_q;
+}
+
+// The last key a query may read, exclusive: min(seqlen_k, pos + 1) when causal.
+// A result <= 0 means the query reads nothing.
+FLASHMSA_HOST_DEVICE int64_t key_limit(bool causal, int64_t pos, int64_t seqlen_k) {
+  if (!causal) return seqlen_k;
+  int64_t limit = pos + 1;
+  return limit < seqlen_k ? limit : seqlen_k;
+}
+
+// Whether block id `block` (already past the first-negative cut) selects anything for a query
+// whose readable keys are [0, limit). Covers rule 2 of section 4 (ids past the request's blocks
+// or past the page table) and drops blocks wholly beyond the causal limit, which read nothing.
+FLASHMSA_HOST_DEVICE bool block_selects_keys(int64_t block, int64_t limit, bool is_paged,
+                                             int64_t max_pages) {
+  if (block < 0) return false;
+  if (is_paged && block >= max_pages) return false;
+  return block * kBlockSize < limit;
+}
+
+// Page holding block `block` of request b on the paged path, or -1 when the table entry is not
+// a valid page (such a block reads nothing instead of reading out of bounds).
+FLASHMSA_HOST_DEVICE int64_t page_of_block(const int32_t* page_table, int64_t stride_batch,
+                                           int64_t stride_page, int64_t b, int64_t block,
+                                           int64_t num_pages) {
+  int64_t page = page_table[b * stride_batch + block * stride_page];
+  return (page >= 0 && page < num_pages) ? page : -1;
+}
+
+}  // namespace flashmsa
