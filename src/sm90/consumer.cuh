@@ -1,0 +1,169 @@
+// A consumer warpgroup: 64 rows = tokens_per_warpgroup tokens x heads_per_chunk query heads of
+// one KV head. It loads its Q rows once, then for every union block that one of its tokens
+// selected: S = Q K^T (wgmma), mask + online softmax in registers, O += P V (wgmma). Blocks none
+// of its tokens selected are skipped (the stage is still waited for and released, which keeps
+// the two warpgroups' barrier arrivals in phase order). Epilogue: O / l in q's dtype, and LSEs.
+#pragma once
+
+#include <stdint.h>
+
+#include "sm90/kernel_traits.h"
+#include "sm90/mma.cuh"
+#include "sm90/params.h"
+#include "sm90/planning.cuh"
+#include "sm90/ptx.cuh"
+#include "sm90/softmax.cuh"
+
+namespace flashmsa::sm90 {
+
+// Where one of the warpgroup's 64 rows comes from.
+struct RowSource {
+  int tile_token;  // token index within the tile
+  int head;        // query head within the KV head's group
+  bool valid;
+};
+
+__device__ __forceinline__ RowSource row_source(const PrefillParams& p, const TilePlan& plan,
+                                                int warpgroup, int head_chunk, int row) {
+  const int token_in_warpgroup = row / p.heads_per_chunk;
+  RowSource source;
+  source.tile_token = warpgroup * p.tokens_per_warpgroup + token_in_warpgroup;
+  source.head = head_chunk * p.heads_per_chunk + row % p.heads_per_chunk;
+  source.valid = token_in_warpgroup < p.tokens_per_warpgroup && source.head < p.group_size &&
+                 source.tile_token < plan.num_tokens;
+  return source;
+}
+
+// Q rows into the 128B-swizzled K-major layout wgmma reads: 16-byte chunk c of row r lands at
+// chunk (c % 8) ^ (r % 8) of the row in panel c / 8. Rows that don't exist are zero.
+template <typename Element>
+__device__ __forceinline__ void load_queries(const PrefillParams& p, const TilePlan& plan,
+                                             uint8_t* q_smem, int warpgroup, int kv_head,
+                                             int head_chunk) {
+  const int thread = threadIdx.x % 128;
+  constexpr int kChunksPerRow = kHeadDim * 2 / 16;
+  for (int c = thread; c < kRowsPerWarpgroup * kChunksPerRow; c += 128) {
+    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    const RowSource source = row_source(p, plan, warpgroup, head_chunk, row);
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (source.valid) {
+      const Element* q = static_cast<const Element*>(p.q) +
+                         (plan.first_row + source.tile_token) * p.q_stride_token +
+                         (kv_head * p.group_size + source.head) * p.q_stride_head + chunk * 8;
+      value = __ldg(reinterpret_cast<const uint4*>(q));
+    }
+    uint8_t* destination = q_smem + (chunk / 8) * kQPanelBytes + row * 128 +
+                           ((chunk % 8) ^ (row % 8)) * 16;
+    *reinterpret_cast<uint4*>(destination) = value;
+  }
+  fence_proxy_async_shared();
+  named_barrier_sync(1 + warpgroup, 128);
+}
+
+// Keys past the request's end in its last block may be anything (another request's keys, an
+// unwritten page slot holding NaN). Their scores are masked to -inf, so P is 0 there, but
+// 0 * NaN is NaN: zero those V rows. Both warpgroups may do it on the same stage; they write
+// the same zeros, so the overlap is harmless.
+__device__ __forceinline__ void zero_value_tail(uint8_t* v_stage, int first_invalid_key,
+                                                int warpgroup) {
+  const int thread = threadIdx.x % 128;
+  const int rows = kBlockKeys - first_invalid_key;
+  for (int c = thread; c < rows * 16; c += 128) {
+    const int row = first_invalid_key + c / 16, chunk = c % 16;
+    *reinterpret_cast<uint4*>(v_stage + (chunk / 8) * kKvPanelBytes + row * 128 +
+                              (chunk % 8) * 16) = make_uint4(0, 0, 0, 0);
+  }
+  fence_proxy_async_shared();
+  named_barrier_sync(1 + warpgroup, 128);
+}
+
+template <typename Element, bool kTemperatureLse>
+__device__ void consume(const PrefillParams& p, SharedStorage& smem, const TilePlan& plan,
+                        int kv_head, int head_chunk) {
+  const int warpgroup = threadIdx.x / 128 - 1;
+  const int thread = threadIdx.x % 128;
+  const int lane = thread % 32;
+
+  RowSource rows[2];
+  int key_limit[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    rows[h] = row_source(p, plan, warpgroup, head_chunk, (thread / 32) * 16 + lane / 4 + 8 * h);
+    key_limit[h] = rows[h].valid ? smem.token_key_limit[rows[h].tile_token] : 0;
+  }
+  // Tile tokens this warpgroup owns, as a bit set over the planning masks' words.
+  uint32_t own_tokens[kMaskWords];
+  const int own_begin = warpgroup * p.tokens_per_warpgroup;
+  const int own_end = min(own_begin + p.tokens_per_warpgroup, plan.num_tokens);
+#pragma unroll
+  for (int w = 0; w < kMaskWords; ++w) {
+    own_tokens[w] = 0;
+    for (int t = max(own_begin, 32 * w); t < min(own_end, 32 * w + 32); ++t) {
+      own_tokens[w] |= 1u << (t % 32);
+    }
+  }
+
+  uint8_t* q_smem = smem.q[warpgroup];
+  load_queries<Element>(p, plan, q_smem, warpgroup, kv_head, head_chunk);
+
+  OnlineSoftmax<kTemperatureLse> softmax;
+  softmax.init();
+  Accumulator o;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+
+  for (int u = 0; u < plan.union_size; ++u) {
+    const int stage = u % kNumStages;
+    mbarrier_wait(&smem.full_barrier[stage], (u / kNumStages) & 1);
+    const uint32_t* selected_by = smem.token_masks[u];
+    bool needed = false;
+#pragma unroll
+    for (int w = 0; w < kMaskWords; ++w) needed |= (selected_by[w] & own_tokens[w]) != 0;
+    if (needed) {
+      const int block_first_key = smem.union_blocks[u] * kBlockKeys;
+      if (plan.seqlen_k - block_first_key < kBlockKeys) {
+        zero_value_tail(smem.v[stage], plan.seqlen_k - block_first_key, warpgroup);
+      }
+      Accumulator s;
+      compute_scores<Element>(smem_address(q_smem), smem_address(smem.k[stage]), s);
+      int visible[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int token = rows[h].tile_token;
+        const bool selected = rows[h].valid && ((selected_by[token / 32] >> (token % 32)) & 1);
+        visible[h] = selected ? min(max(key_limit[h] - block_first_key, 0), kBlockKeys) : 0;
+      }
+      uint32_t probabilities[32];
+      softmax.template update<Element>(s, visible, p.scale_log2, p.lse_temperature, o,
+                                       probabilities);
+      accumulate_values<Element>(probabilities, smem_address(smem.v[stage]), o);
+    }
+    mbarrier_arrive(&smem.empty_barrier[stage]);
+  }
+
+  // Epilogue. Rows that read nothing have sum 0: out = 0 exactly, lse = -inf.
+  float lse[2], lse_t[2], sum[2];
+  softmax.finish(lse, lse_t, sum, p.lse_temperature);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!rows[h].valid) continue;
+    const int64_t token = plan.first_row + rows[h].tile_token;
+    const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + rows[h].head;
+    const float scale = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
+    Element* out = static_cast<Element*>(p.out) + token * p.out_stride_token +
+                   head * p.out_stride_head + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      *reinterpret_cast<uint32_t*>(out + 8 * j) =
+          MmaAtoms<Element>::pack(o[4 * j + 2 * h] * scale, o[4 * j + 2 * h + 1] * scale);
+    }
+    if (lane % 4 == 0) {
+      if (p.lse) p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse[h];
+      if (kTemperatureLse) {
+        p.lse_t[token * p.lse_t_stride_token + head * p.lse_t_stride_head] = lse_t[h];
+      }
+    }
+  }
+}
+
+}  // namespace flashmsa::sm90

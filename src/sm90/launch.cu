@@ -1,0 +1,222 @@
+// Host side of the Hopper backend: checks what only this backend requires (the device, dtypes,
+// alignment for TMA and vector loads), encodes the K/V tensor maps, sizes the grid from shapes
+// alone (no host synchronisation, so calls can be captured in CUDA graphs) and launches.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "api/backends.h"
+#include "common/error.h"
+#include "sm90/kernel_traits.h"
+#include "sm90/params.h"
+#include "sm90/prefill_launch.h"
+
+namespace flashmsa {
+namespace {
+
+void check_cuda(cudaError_t status, const std::string& what) {
+  if (status != cudaSuccess) {
+    throw Error(FLASHMSA_ERROR_CUDA, what + ": " + cudaGetErrorString(status));
+  }
+}
+
+// Runs the call on args.device_index and restores the caller's current device afterwards.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() {
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+};
+
+void require_hopper(int device) {
+  int major = 0, minor = 0;
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+             "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+             "cudaDeviceGetAttribute");
+  if (major != 9 || minor != 0) {
+    fail_not_supported("the CUDA kernels need compute capability 9.0 (Hopper: H100/H800/H20/H200); "
+                       "this device is " + std::to_string(major) + "." + std::to_string(minor));
+  }
+}
+
+// TMA needs 16-byte aligned bases and strides; the vectorised q loads and out stores need the
+// same of q (16 bytes) and out (4 bytes: pairs of 16-bit values).
+void require_aligned(const char* name, const void* pointer, std::initializer_list<int64_t> strides,
+                     int element_bytes, int alignment) {
+  bool aligned = reinterpret_cast<uintptr_t>(pointer) % alignment == 0;
+  for (int64_t stride : strides) aligned = aligned && (stride * element_bytes) % alignment == 0;
+  if (!aligned) {
+    fail_not_supported(std::string(name) + ": the CUDA kernels need a " +
+                       std::to_string(alignment) +
+                       "-byte aligned data pointer and strides that are multiples of " +
+                       std::to_string(alignment) + " bytes");
+  }
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t status = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function,
+                                                          12000, cudaEnableDefault, &found);
+    return (status == cudaSuccess && found == cudaDriverEntryPointSuccess)
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function)
+               : nullptr;
+  }();
+  if (encoder == nullptr) {
+    throw Error(FLASHMSA_ERROR_CUDA, "the CUDA driver has no cuTensorMapEncodeTiled");
+  }
+  return encoder;
+}
+
+// K or V as a TMA tensor with 64-dim x 128-token boxes, 128-byte swizzle. Out-of-range boxes
+// (a flat request's last block past total_k) are zero-filled by the hardware.
+CUtensorMap make_kv_tensor_map(const char* name, const void* base, const flashmsa_args& args,
+                               int64_t stride_page, int64_t stride_head, int64_t stride_token) {
+  CUtensorMap map;
+  std::memset(&map, 0, sizeof(map));
+  const int64_t extent = args.is_paged ? args.num_pages : args.total_k;
+  if (extent == 0) return map;  // no block can be selected: the map is never used
+  constexpr int64_t kBytes = 2;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(args.head_dim),
+                              static_cast<cuuint64_t>(args.is_paged ? 128 : args.total_k),
+                              static_cast<cuuint64_t>(args.num_kv_heads),
+                              static_cast<cuuint64_t>(args.num_pages)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(stride_token * kBytes),
+                                 static_cast<cuuint64_t>(stride_head * kBytes),
+                                 static_cast<cuuint64_t>(stride_page * kBytes)};
+  const cuuint32_t box[4] = {sm90::kPanelElems, sm90::kBlockKeys, 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type = args.q_dtype == FLASHMSA_DTYPE_BF16
+                                       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  CUresult status = tensor_map_encoder()(
+      &map, type, args.is_paged ? 4 : 3, const_cast<void*>(base), dims, strides, box,
+      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (status != CUDA_SUCCESS) {
+    throw Error(FLASHMSA_ERROR_CUDA, std::string("cuTensorMapEncodeTiled failed for ") + name +
+                                         " (error " + std::to_string(status) + ")");
+  }
+  return map;
+}
+
+sm90::PrefillParams make_prefill_params(const flashmsa_args& args) {
+  sm90::PrefillParams p;
+  std::memset(&p, 0, sizeof(p));
+  p.tma_k = make_kv_tensor_map("k", args.k, args, args.k_stride_page, args.k_stride_head,
+                               args.k_stride_token);
+  p.tma_v = make_kv_tensor_map("v", args.v, args, args.v_stride_page, args.v_stride_head,
+                               args.v_stride_token);
+  p.q = args.q;
+  p.q_stride_token = args.q_stride_token;
+  p.q_stride_head = args.q_stride_head;
+  p.out = args.out;
+  p.out_stride_token = args.out_stride_token;
+  p.out_stride_head = args.out_stride_head;
+  p.lse = args.lse;
+  p.lse_stride_token = args.lse_stride_token;
+  p.lse_stride_head = args.lse_stride_head;
+  p.lse_t = args.lse_t;
+  p.lse_t_stride_token = args.lse_t_stride_token;
+  p.lse_t_stride_head = args.lse_t_stride_head;
+  p.q2k_indices = args.q2k_indices;
+  p.idx_stride_head = args.idx_stride_head;
+  p.idx_stride_token = args.idx_stride_token;
+  p.idx_stride_topk = args.idx_stride_topk;
+  p.cu_seqlens_q = args.cu_seqlens_q;
+  p.cu_seqlens_k = args.cu_seqlens_k;
+  p.seqused_k = args.seqused_k;
+  p.page_table = args.page_table;
+  p.page_table_stride_batch = args.page_table_stride_batch;
+  p.page_table_stride_page = args.page_table_stride_page;
+  p.q_offset_per_request = args.q_offset_per_request;
+  p.batch_size = args.batch_size;
+  p.total_q = args.total_q;
+  p.total_k = args.is_paged ? 0 : args.total_k;
+  p.num_pages = args.is_paged ? args.num_pages : 0;
+  p.max_pages = args.is_paged ? args.max_pages_per_request : 0;
+  p.num_qo_heads = static_cast<int32_t>(args.num_qo_heads);
+  p.num_kv_heads = static_cast<int32_t>(args.num_kv_heads);
+  p.group_size = static_cast<int32_t>(args.num_qo_heads / args.num_kv_heads);
+  p.topk = static_cast<int32_t>(args.topk);
+  p.is_paged = args.is_paged;
+  p.causal = args.causal;
+  p.q_offset_mode = args.q_offset_mode;
+  p.q_offset_value = args.q_offset_value;
+
+  // Rows of a warpgroup: whole tokens' head groups (or 64-head chunks of a wider group), and
+  // few enough tokens that a tile's tokens x topk candidates fit the planning buffers.
+  p.heads_per_chunk = std::min(p.group_size, sm90::kRowsPerWarpgroup);
+  p.num_head_chunks = (p.group_size + p.heads_per_chunk - 1) / p.heads_per_chunk;
+  p.tokens_per_warpgroup =
+      std::min(sm90::kRowsPerWarpgroup / p.heads_per_chunk,
+               sm90::kMaxCandidates / (sm90::kNumConsumerWarpgroups * p.topk));
+  p.tokens_per_tile = sm90::kNumConsumerWarpgroups * p.tokens_per_warpgroup;
+
+  constexpr double kLog2e = 1.4426950408889634;
+  p.scale_log2 = static_cast<float>(static_cast<double>(args.softmax_scale) *
+                                    args.k_global_scale * kLog2e);
+  p.v_global_scale = args.v_global_scale;
+  p.lse_temperature = args.lse_temperature_scale;
+  return p;
+}
+
+}  // namespace
+
+bool sm90_compiled() { return true; }
+
+size_t sm90_workspace_bytes(const flashmsa_args&) { return 0; }
+
+void run_sm90(const flashmsa_args& args) {
+  if (args.kv_dtype != args.q_dtype) {
+    fail_not_supported("k/v: fp8 and NVFP4 K/V run on the CPU backend only in this release; the "
+                       "CUDA kernels take K/V of q's dtype (bf16 or fp16)");
+  }
+  DeviceScope device_scope(args.device_index);
+  require_hopper(args.device_index);
+  require_aligned("q", args.q, {args.q_stride_token, args.q_stride_head}, 2, 16);
+  require_aligned("out", args.out, {args.out_stride_token, args.out_stride_head}, 2, 4);
+  const int64_t kv_page_stride_k = args.is_paged ? args.k_stride_page : 0;
+  const int64_t kv_page_stride_v = args.is_paged ? args.v_stride_page : 0;
+  require_aligned("k", args.k, {kv_page_stride_k, args.k_stride_head, args.k_stride_token}, 2, 16);
+  require_aligned("v", args.v, {kv_page_stride_v, args.v_stride_head, args.v_stride_token}, 2, 16);
+  if (args.total_q == 0 || args.batch_size == 0) return;
+
+  const sm90::PrefillParams params = make_prefill_params(args);
+  // Tiles never straddle requests, so there are at most ceil(total_q / T) + B of them; CTAs past
+  // the real count (known only on the device) exit after planning.
+  const int64_t max_tiles =
+      (args.total_q + params.tokens_per_tile - 1) / params.tokens_per_tile + args.batch_size;
+  const int64_t columns = args.num_kv_heads * params.num_head_chunks;
+  if (max_tiles > INT32_MAX || columns > 65535) {
+    fail_not_supported("problem too large for one launch: " + std::to_string(max_tiles) +
+                       " query tiles x " + std::to_string(columns) + " head columns");
+  }
+  const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>(columns));
+  const bool temperature_lse = args.lse_t != nullptr;
+  cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
+  const cudaError_t status =
+      args.q_dtype == FLASHMSA_DTYPE_BF16
+          ? sm90::launch_prefill<__nv_bfloat16>(params, grid, temperature_lse, stream)
+          : sm90::launch_prefill<__half>(params, grid, temperature_lse, stream);
+  check_cuda(status, "launching the sm90 prefill kernel");
+}
+
+}  // namespace flashmsa

@@ -1,0 +1,104 @@
+// wgmma for the two products of a 64-row warpgroup tile against one 128-key block:
+//   S = Q K^T : A = Q (smem, K-major), B = K (smem, K-major), 64 x 128 fp32 accumulator;
+//   O += P V  : A = P (registers, 16-bit), B = V (smem, keys x head dim: MN-major).
+// Each is 8 wgmma k-steps of 16. The instruction wrappers come from CuTe's SM90 GMMA atoms.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <utility>
+
+#include <cute/arch/mma_sm90_gmma.hpp>
+
+#include "sm90/kernel_traits.h"
+#include "sm90/ptx.cuh"
+
+namespace flashmsa::sm90 {
+
+namespace gmma = cute::SM90::GMMA;
+
+template <typename Element>
+struct MmaAtoms;
+
+template <>
+struct MmaAtoms<__nv_bfloat16> {
+  using QK = gmma::MMA_64x128x16_F32BF16BF16_SS<gmma::Major::K, gmma::Major::K>;
+  using PV = gmma::MMA_64x128x16_F32BF16BF16_RS<gmma::Major::K, gmma::Major::MN>;
+  __device__ __forceinline__ static uint32_t pack(float low, float high) {
+    __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+    return *reinterpret_cast<uint32_t*>(&pair);
+  }
+};
+
+template <>
+struct MmaAtoms<__half> {
+  using QK = gmma::MMA_64x128x16_F32F16F16_SS<gmma::Major::K, gmma::Major::K>;
+  using PV = gmma::MMA_64x128x16_F32F16F16_RS<gmma::Major::K, gmma::Major::MN>;
+  __device__ __forceinline__ static uint32_t pack(float low, float high) {
+    __half2 pair = __floats2half2_rn(low, high);
+    return *reinterpret_cast<uint32_t*>(&pair);
+  }
+};
+
+// The 64-register accumulator of an m64n128 wgmma, per thread: element 4*j + 2*h + c sits at
+// row (warp % 4) * 16 + lane / 4 + 8 * h, column 8 * j + 2 * (lane % 4) + c.
+using Accumulator = float[64];
+
+template <typename Atom, size_t... I>
+__device__ __forceinline__ void wgmma_ss(uint64_t a, uint64_t b, Accumulator& d,
+                                         gmma::ScaleOut scale, std::index_sequence<I...>) {
+  Atom::fma(a, b, d[I]..., scale);
+}
+
+template <typename Atom, size_t... I>
+__device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t b, Accumulator& d,
+                                         std::index_sequence<I...>) {
+  Atom::fma(a[0], a[1], a[2], a[3], b, d[I]..., gmma::ScaleOut::One);
+}
+
+__device__ __forceinline__ void fence_accumulator(Accumulator& d) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) cute::warpgroup_fence_operand(d[i]);
+}
+
+// S = Q K^T over head_dim 128. q_smem: two 8 KiB panels (64 rows x 64 dims); k_smem: two
+// 16 KiB panels (128 keys x 64 dims). Stepping 16 dims = 32 bytes inside a swizzled row is
+// done on the start address; the hardware applies the swizzle to the final address.
+template <typename Element>
+__device__ __forceinline__ void compute_scores(uint32_t q_smem, uint32_t k_smem, Accumulator& s) {
+  fence_accumulator(s);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int step = 0; step < kHeadDim / 16; ++step) {
+    const uint32_t panel = step / 4, column_bytes = (step % 4) * 32;
+    wgmma_ss<typename MmaAtoms<Element>::QK>(
+        kmajor_descriptor(q_smem + panel * kQPanelBytes + column_bytes),
+        kmajor_descriptor(k_smem + panel * kKvPanelBytes + column_bytes), s,
+        step == 0 ? gmma::ScaleOut::Zero : gmma::ScaleOut::One, std::make_index_sequence<64>{});
+  }
+  cute::warpgroup_commit_batch();
+  cute::warpgroup_wait<0>();
+  fence_accumulator(s);
+}
+
+// O += P V. p holds the probabilities of 16 keys per step in the A-fragment order, which is the
+// accumulator order of S (so no shuffles are needed). V's step of 16 keys is 2 swizzle atoms.
+template <typename Element>
+__device__ __forceinline__ void accumulate_values(const uint32_t (&p)[32], uint32_t v_smem,
+                                                  Accumulator& o) {
+  fence_accumulator(o);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int step = 0; step < kBlockKeys / 16; ++step) {
+    const uint32_t a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
+    wgmma_rs<typename MmaAtoms<Element>::PV>(
+        a, mnmajor_descriptor(v_smem + step * 16 * 128, kKvPanelBytes), o,
+        std::make_index_sequence<64>{});
+  }
+  cute::warpgroup_commit_batch();
+  cute::warpgroup_wait<0>();
+  fence_accumulator(o);
+}
+
+}  // namespace flashmsa::sm90

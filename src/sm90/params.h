@@ -1,0 +1,49 @@
+// Parameters of the Hopper prefill kernel, filled on the host by launch.cu from flashmsa_args.
+// Every pointer carries the shape it points at; strides are in elements.
+#pragma once
+
+#include <cuda.h>
+#include <stdint.h>
+
+namespace flashmsa::sm90 {
+
+struct PrefillParams {
+  // K and V as TMA tensors: flat (head_dim, total_k, Hkv), paged (head_dim, 128, Hkv,
+  // num_pages). Boxes are 64 dims x 128 tokens: one 128-byte-swizzled panel of a block.
+  CUtensorMap tma_k;  // CUtensorMap is 64-byte aligned by its own declaration
+  CUtensorMap tma_v;
+
+  const void* q;  // (total_q, Hq, 128), last dim contiguous, rows 16-byte aligned
+  int64_t q_stride_token, q_stride_head;
+  void* out;      // (total_q, Hq, 128) in q's dtype
+  int64_t out_stride_token, out_stride_head;
+  float* lse;     // (total_q, Hq) or nullptr
+  int64_t lse_stride_token, lse_stride_head;
+  float* lse_t;   // (total_q, Hq) or nullptr
+  int64_t lse_t_stride_token, lse_t_stride_head;
+
+  const int32_t* q2k_indices;  // (Hkv, total_q, topk), any strides
+  int64_t idx_stride_head, idx_stride_token, idx_stride_topk;
+  const int32_t* cu_seqlens_q;  // (B + 1)
+  const int32_t* cu_seqlens_k;  // flat: (B + 1); paged: nullptr
+  const int32_t* seqused_k;     // paged: (B); flat: nullptr
+  const int32_t* page_table;    // paged: (B, max_pages); flat: nullptr
+  int64_t page_table_stride_batch, page_table_stride_page;
+  const int32_t* q_offset_per_request;  // (B) when q_offset_mode == 2
+
+  int64_t batch_size, total_q, total_k, num_pages, max_pages;
+  int32_t num_qo_heads, num_kv_heads, group_size, topk;
+  int32_t is_paged, causal, q_offset_mode;
+  int64_t q_offset_value;
+
+  // Row tiling: a consumer warpgroup owns 64 rows = tokens_per_warpgroup tokens x
+  // heads_per_chunk query heads of one KV head; groups wider than 64 heads are split into
+  // ceil(G / 64) head chunks, each its own CTA column.
+  int32_t heads_per_chunk, num_head_chunks, tokens_per_warpgroup, tokens_per_tile;
+
+  float scale_log2;        // softmax_scale * k_global_scale * log2(e)
+  float v_global_scale;
+  float lse_temperature;   // T
+};
+
+}  // namespace flashmsa::sm90

@@ -1,0 +1,208 @@
+// Per-tile planning, run by every thread of the CTA before the warp roles split:
+//   1. find the request and first query row of this CTA's tile (grid sized from shapes only);
+//   2. for each token of the tile, its visible key limit (causal position, sequence length);
+//   3. the union of the tokens' selected blocks (contract section 4 set semantics), sorted
+//      ascending so that flat and paged calls visit keys in the same order (bitwise equality);
+//   4. for each union block, the bit mask of tile tokens that selected it.
+// Every id read from device memory goes through visibility.h's rules: nothing it says is
+// dereferenced before being checked, so garbage indices cannot read out of bounds.
+#pragma once
+
+#include <limits.h>
+
+#include "common/visibility.h"
+#include "sm90/kernel_traits.h"
+#include "sm90/params.h"
+
+namespace flashmsa::sm90 {
+
+struct TilePlan {
+  int32_t batch_index;      // -1: this CTA's tile index is past the last tile
+  int32_t first_row;        // global query row of tile token 0
+  int32_t num_tokens;       // tokens of the tile that exist
+  int32_t seqlen_k;
+  int32_t union_size;
+};
+
+__device__ __forceinline__ int64_t request_query_tiles(const PrefillParams& p, int64_t b) {
+  RowRange rows = clamped_range(p.cu_seqlens_q, b, p.total_q);
+  return (rows.end - rows.begin + p.tokens_per_tile - 1) / p.tokens_per_tile;
+}
+
+// Warp 0 walks the requests 32 at a time, prefix-summing their tile counts, to find which
+// request holds tile `tile_index`. Writes the tile's request and rows to shared memory.
+__device__ void locate_tile(const PrefillParams& p, SharedStorage& smem, int64_t tile_index) {
+  const int lane = threadIdx.x % 32;
+  int64_t remaining = tile_index;
+  for (int64_t base = 0; base < p.batch_size; base += 32) {
+    const int64_t b = base + lane;
+    const int64_t tiles = b < p.batch_size ? request_query_tiles(p, b) : 0;
+    int64_t inclusive = tiles;
+    for (int offset = 1; offset < 32; offset *= 2) {
+      int64_t other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= offset) inclusive += other;
+    }
+    const int64_t chunk_total = __shfl_sync(0xffffffffu, inclusive, 31);
+    if (remaining < chunk_total) {
+      const bool holds = inclusive > remaining && inclusive - tiles <= remaining;
+      if (holds) {
+        RowRange rows = clamped_range(p.cu_seqlens_q, b, p.total_q);
+        const int64_t tile_in_request = remaining - (inclusive - tiles);
+        const int64_t first_row = rows.begin + tile_in_request * p.tokens_per_tile;
+        const int64_t num_tokens = min(static_cast<int64_t>(p.tokens_per_tile), rows.end - first_row);
+        const int64_t seqlen_k = request_seqlen_k(p.is_paged, p.cu_seqlens_k, p.seqused_k, b,
+                                                  p.total_k, p.max_pages);
+        const int64_t first_position =
+            first_query_position(p.q_offset_mode, p.q_offset_value, p.q_offset_per_request, b,
+                                 rows.end - rows.begin, seqlen_k) +
+            (first_row - rows.begin);
+        smem.batch_index = static_cast<int32_t>(b);
+        smem.tile_first_row = static_cast<int32_t>(first_row);
+        smem.tile_num_tokens = static_cast<int32_t>(num_tokens);
+        smem.request_seqlen_k = static_cast<int32_t>(seqlen_k);
+        // Token positions are needed by every thread next; stash them via the limits array.
+        for (int t = 0; t < num_tokens; ++t) {
+          int64_t limit = key_limit(p.causal, first_position + t, seqlen_k);
+          smem.token_key_limit[t] = static_cast<int32_t>(clamp_i64(limit, 0, seqlen_k));
+        }
+        for (int t = num_tokens; t < p.tokens_per_tile; ++t) smem.token_key_limit[t] = 0;
+        smem.request_first_key_row = static_cast<int32_t>(
+            p.is_paged ? 0 : clamped_range(p.cu_seqlens_k, b, p.total_k).begin);
+      }
+      return;
+    }
+    remaining -= chunk_total;
+  }
+  if (lane == 0) smem.batch_index = -1;
+}
+
+// The block a (token, k) entry of the index list selects, or -1 when it selects nothing.
+__device__ __forceinline__ int32_t candidate_block(const PrefillParams& p, const SharedStorage& smem,
+                                                   int kv_head, int token, int k) {
+  if (token >= smem.tile_num_tokens || k >= smem.token_first_negative[token]) return -1;
+  const int64_t row = smem.tile_first_row + token;
+  const int32_t block = p.q2k_indices[kv_head * p.idx_stride_head + row * p.idx_stride_token +
+                                      k * p.idx_stride_topk];
+  if (!block_selects_keys(block, smem.token_key_limit[token], p.is_paged, p.max_pages)) return -1;
+  if (p.is_paged && page_of_block(p.page_table, p.page_table_stride_batch,
+                                  p.page_table_stride_page, smem.batch_index, block,
+                                  p.num_pages) < 0) {
+    return -1;
+  }
+  return block;
+}
+
+// Exclusive prefix sum of one value per thread over the whole CTA.
+__device__ __forceinline__ int32_t block_exclusive_scan(int32_t value, int32_t* warp_totals,
+                                                        int32_t* total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int32_t inclusive = value;
+  for (int offset = 1; offset < 32; offset *= 2) {
+    int32_t other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += other;
+  }
+  if (lane == 31) warp_totals[warp] = inclusive;
+  __syncthreads();
+  int32_t warp_offset = 0, sum = 0;
+  for (int w = 0; w < kNumThreads / 32; ++w) {
+    if (w == warp) warp_offset = sum;
+    sum += warp_totals[w];
+  }
+  *total = sum;
+  return warp_offset + inclusive - value;
+}
+
+__device__ TilePlan plan_tile(const PrefillParams& p, SharedStorage& smem, int64_t tile_index,
+                              int kv_head) {
+  const int tid = threadIdx.x;
+  if (tid < 32) locate_tile(p, smem, tile_index);
+  __syncthreads();
+  if (smem.batch_index < 0) return TilePlan{-1, 0, 0, 0, 0};
+  const int tokens = p.tokens_per_tile, topk = p.topk;
+  const int num_entries = tokens * topk;
+  for (int t = tid; t < tokens; t += kNumThreads) smem.token_first_negative[t] = topk;
+  __syncthreads();
+
+  // Rule 1: the first negative entry ends a token's list.
+  for (int e = tid; e < num_entries; e += kNumThreads) {
+    const int token = e / topk, k = e % topk;
+    if (token < smem.tile_num_tokens) {
+      const int64_t row = smem.tile_first_row + token;
+      const int32_t block = p.q2k_indices[kv_head * p.idx_stride_head +
+                                          row * p.idx_stride_token + k * p.idx_stride_topk];
+      if (block < 0) atomicMin(&smem.token_first_negative[token], k);
+    }
+  }
+  __syncthreads();
+
+  // Rules 2 and 3: sort the valid candidates (invalid ones become INT_MAX and sort last).
+  int32_t* candidates = reinterpret_cast<int32_t*>(smem.v);
+  int padded = 1;
+  while (padded < num_entries) padded *= 2;
+  for (int e = tid; e < padded; e += kNumThreads) {
+    int32_t block = e < num_entries ? candidate_block(p, smem, kv_head, e / topk, e % topk) : -1;
+    candidates[e] = block < 0 ? INT_MAX : block;
+  }
+  __syncthreads();
+  for (int size = 2; size <= padded; size *= 2) {
+    for (int stride = size / 2; stride > 0; stride /= 2) {
+      for (int i = tid; i < padded; i += kNumThreads) {
+        const int partner = i ^ stride;
+        if (partner > i) {
+          const bool ascending = (i & size) == 0;
+          const int32_t a = candidates[i], b = candidates[partner];
+          if ((a > b) == ascending) {
+            candidates[i] = b;
+            candidates[partner] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+  // Compact the distinct valid ids into union_blocks, each thread over a contiguous chunk.
+  const int chunk = (padded + kNumThreads - 1) / kNumThreads;
+  const int begin = min(tid * chunk, padded), end = min(begin + chunk, padded);
+  int32_t firsts = 0;
+  for (int i = begin; i < end; ++i) {
+    firsts += candidates[i] != INT_MAX && (i == 0 || candidates[i] != candidates[i - 1]);
+  }
+  __shared__ int32_t warp_totals[kNumThreads / 32];
+  int32_t union_size = 0;
+  int32_t position = block_exclusive_scan(firsts, warp_totals, &union_size);
+  for (int i = begin; i < end; ++i) {
+    const int32_t block = candidates[i];
+    if (block != INT_MAX && (i == 0 || block != candidates[i - 1])) {
+      smem.union_blocks[position] = block;
+      smem.union_coords[position] =
+          p.is_paged ? static_cast<int32_t>(page_of_block(p.page_table, p.page_table_stride_batch,
+                                                          p.page_table_stride_page,
+                                                          smem.batch_index, block, p.num_pages))
+                     : smem.request_first_key_row + block * kBlockSize;
+      ++position;
+    }
+  }
+  for (int i = tid; i < union_size * kMaskWords; i += kNumThreads) {
+    smem.token_masks[i / kMaskWords][i % kMaskWords] = 0;
+  }
+  __syncthreads();
+
+  // Which tokens selected each union block (duplicates set the same bit once).
+  for (int e = tid; e < num_entries; e += kNumThreads) {
+    const int token = e / topk;
+    const int32_t block = candidate_block(p, smem, kv_head, token, e % topk);
+    if (block < 0) continue;
+    int lo = 0, hi = union_size - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (smem.union_blocks[mid] < block) lo = mid + 1; else hi = mid;
+    }
+    atomicOr(&smem.token_masks[lo][token / 32], 1u << (token % 32));
+  }
+  __syncthreads();
+  return TilePlan{smem.batch_index, smem.tile_first_row, smem.tile_num_tokens,
+                  smem.request_seqlen_k, union_size};
+}
+
+}  // namespace flashmsa::sm90

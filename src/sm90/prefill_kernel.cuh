@@ -1,0 +1,46 @@
+// The Hopper MSA kernel: one CTA per (query tile, KV head, head chunk).
+//   planning (all threads) -> warpgroup 0: TMA producer | warpgroups 1, 2: wgmma consumers.
+// See docs/design.md for the tiling, the union-of-blocks plan and the measured trade-offs.
+#pragma once
+
+#include "sm90/consumer.cuh"
+#include "sm90/kernel_traits.h"
+#include "sm90/params.h"
+#include "sm90/planning.cuh"
+#include "sm90/producer.cuh"
+#include "sm90/ptx.cuh"
+
+namespace flashmsa::sm90 {
+
+constexpr size_t kSharedMemoryBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
+
+template <typename Element, bool kTemperatureLse>
+__global__ void __launch_bounds__(kNumThreads, 1)
+    prefill_kernel(const __grid_constant__ PrefillParams params) {
+  extern __shared__ uint8_t shared_memory_raw[];
+  // Dynamic shared memory is only 16-byte aligned by contract; swizzled operands need 1024.
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(
+      (reinterpret_cast<uintptr_t>(shared_memory_raw) + 1023) & ~uintptr_t{1023});
+  const int kv_head = blockIdx.y / params.num_head_chunks;
+  const int head_chunk = blockIdx.y % params.num_head_chunks;
+
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < kNumStages; ++stage) {
+      mbarrier_init(&smem.full_barrier[stage], 1);  // the producer's arrive + TMA bytes
+      mbarrier_init(&smem.empty_barrier[stage], 128 * kNumConsumerWarpgroups);
+    }
+    fence_barrier_init();
+  }
+  const TilePlan plan = plan_tile(params, smem, blockIdx.x, kv_head);  // ends with a barrier
+  if (plan.batch_index < 0) return;
+
+  if (threadIdx.x < 128) {
+    registers_decrease<kProducerRegisters>();
+    if (threadIdx.x == 0) produce(params, smem, plan, kv_head);
+  } else {
+    registers_increase<kConsumerRegisters>();
+    consume<Element, kTemperatureLse>(params, smem, plan, kv_head, head_chunk);
+  }
+}
+
+}  // namespace flashmsa::sm90

@@ -1,0 +1,26 @@
+// Definition of launch_prefill: picks the kernel variant and launches it (no host sync).
+#pragma once
+
+#include "sm90/prefill_kernel.cuh"
+#include "sm90/prefill_launch.h"
+
+namespace flashmsa::sm90 {
+
+template <typename Element, bool kTemperatureLse>
+cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaStream_t stream) {
+  auto kernel = prefill_kernel<Element, kTemperatureLse>;
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(kSharedMemoryBytes));
+  if (status != cudaSuccess) return status;
+  kernel<<<grid, kNumThreads, kSharedMemoryBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <typename Element>
+cudaError_t launch_prefill(const PrefillParams& params, dim3 grid, bool temperature_lse,
+                           cudaStream_t stream) {
+  return temperature_lse ? launch_prefill_variant<Element, true>(params, grid, stream)
+                         : launch_prefill_variant<Element, false>(params, grid, stream);
+}
+
+}  // namespace flashmsa::sm90

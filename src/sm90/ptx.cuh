@@ -1,0 +1,104 @@
+// Thin wrappers over the sm_90a instructions the kernel uses directly: mbarriers, named
+// barriers, proxy fences, register reallocation and wgmma shared-memory descriptors.
+#pragma once
+
+#include <stdint.h>
+
+namespace flashmsa::sm90 {
+
+__device__ __forceinline__ uint32_t smem_address(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+// ---- mbarriers -------------------------------------------------------------------------------
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* barrier, uint32_t arrive_count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(barrier)),
+               "r"(arrive_count));
+}
+
+// Makes mbarrier.init visible to the async proxy (TMA) before any copy signals the barrier.
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(barrier))
+               : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* barrier, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                   smem_address(barrier)),
+               "r"(bytes)
+               : "memory");
+}
+
+// Blocks until the phase of the given parity has completed. A fresh barrier counts the phase
+// of parity 1 as complete, so a producer's first wait on an "empty" barrier passes at once.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_loop:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_loop;\n"
+      "}\n" ::"r"(smem_address(barrier)),
+      "r"(parity)
+      : "memory");
+}
+
+// ---- barriers among a subset of warps ----------------------------------------------------------
+
+// Barrier 0 is __syncthreads; ids 1.. are ours (one per consumer warpgroup).
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
+// Ordinary shared-memory stores that wgmma or TMA read next must be fenced into the async proxy
+// by each writing thread before the barrier that publishes them.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// ---- register reallocation between warpgroups ----------------------------------------------------
+
+template <int kRegisters>
+__device__ __forceinline__ void registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+
+// ---- wgmma shared-memory matrix descriptors ------------------------------------------------------
+//
+// Operands live in 128-byte-swizzled panels: rows of 128 bytes (64 16-bit values), 8 rows form
+// one 1024-byte swizzle atom. Bits: [0,14) start address >> 4, [16,30) leading byte offset >> 4,
+// [32,46) stride byte offset >> 4, [62,64) layout (1 = 128-byte swizzle).
+
+__device__ __forceinline__ uint64_t make_descriptor(uint32_t smem_byte_address,
+                                                    uint32_t leading_byte_offset,
+                                                    uint32_t stride_byte_offset) {
+  return static_cast<uint64_t>((smem_byte_address & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>(leading_byte_offset >> 4) << 16) |
+         (static_cast<uint64_t>(stride_byte_offset >> 4) << 32) | (1ull << 62);
+}
+
+// K-major operand (rows = M or N, contiguous = the reduction dim): consecutive 8-row atoms are
+// 1024 bytes apart; the leading offset is unused by the 128-byte swizzle and set to 1 (16 B).
+__device__ __forceinline__ uint64_t kmajor_descriptor(uint32_t smem_byte_address) {
+  return make_descriptor(smem_byte_address, 16, 1024);
+}
+
+// MN-major operand (V as the B operand of P.V: rows = keys = the reduction dim, contiguous =
+// head dim = N): the next 64-wide head-dim panel is `panel_bytes` away (leading offset), the
+// next 8 keys 1024 bytes (stride offset).
+__device__ __forceinline__ uint64_t mnmajor_descriptor(uint32_t smem_byte_address,
+                                                       uint32_t panel_bytes) {
+  return make_descriptor(smem_byte_address, panel_bytes, 1024);
+}
+
+}  // namespace flashmsa::sm90

@@ -1,0 +1,104 @@
+// Online softmax over the blocks a warpgroup reads, for the two accumulator rows each thread
+// holds (rows lane / 4 and lane / 4 + 8 of its warp's 16). The four lanes sharing a row hold 32
+// of its 128 scores each; row statistics are combined with two xor-shuffles.
+//
+// Scores are scaled (by softmax_scale * k_global_scale * log2 e) before masking and before the
+// max, so a negative softmax_scale is handled and masked keys are exactly -inf. A row that has
+// seen no visible key keeps max = -inf; its exponentials use an offset of 0 instead of the max,
+// so exp2(-inf) = 0 and no inf - inf = NaN ever appears (contract: such rows give 0 and -inf).
+#pragma once
+
+#include <math.h>
+
+#include "sm90/mma.cuh"
+
+namespace flashmsa::sm90 {
+
+__device__ __forceinline__ float max_over_row_quad(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float sum_over_row_quad(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+template <bool kTemperatureLse>
+struct OnlineSoftmax {
+  float row_max[2];    // running max of scaled scores (log2 units), -inf before any key
+  float row_sum[2];    // this thread's partial sum of exp2(score - row_max)
+  float row_sum_t[2];  // same for exp2(T * (score - row_max)), temperature LSE only
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_max[h] = -INFINITY;
+      row_sum[h] = 0.f;
+      row_sum_t[h] = 0.f;
+    }
+  }
+
+  // Scales s, masks columns >= visible[h] of row h to -inf, turns s into probabilities packed in
+  // 16-bit for the P.V wgmma, and rescales o by the change of the running max.
+  template <typename Element>
+  __device__ __forceinline__ void update(Accumulator& s, const int (&visible)[2], float scale_log2,
+                                         float temperature, Accumulator& o, uint32_t (&p)[32]) {
+    const int column_base = 2 * (threadIdx.x % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float block_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float& x = s[4 * j + 2 * h + c];
+          x = (8 * j + column_base + c < visible[h]) ? x * scale_log2 : -INFINITY;
+          block_max = fmaxf(block_max, x);
+        }
+      }
+      const float new_max = fmaxf(row_max[h], max_over_row_quad(block_max));
+      const float offset = new_max == -INFINITY ? 0.f : new_max;
+      const float correction = exp2f(row_max[h] - offset);
+      float sum = 0.f, sum_t = 0.f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float& x = s[4 * j + 2 * h + c];
+          if constexpr (kTemperatureLse) sum_t += exp2f(temperature * (x - offset));
+          x = exp2f(x - offset);
+          sum += x;
+        }
+        o[4 * j + 2 * h] *= correction;
+        o[4 * j + 2 * h + 1] *= correction;
+      }
+      row_sum[h] = row_sum[h] * correction + sum;
+      if constexpr (kTemperatureLse) {
+        row_sum_t[h] = row_sum_t[h] * exp2f(temperature * (row_max[h] - offset)) + sum_t;
+      }
+      row_max[h] = new_max;
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) p[i] = MmaAtoms<Element>::pack(s[2 * i], s[2 * i + 1]);
+  }
+
+  // Completes the row sums across the quad; returns natural-log LSEs (-inf for empty rows).
+  __device__ __forceinline__ void finish(float (&lse)[2], float (&lse_t)[2], float (&sum)[2],
+                                         float temperature) {
+    constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sum[h] = sum_over_row_quad(row_sum[h]);
+      lse[h] = sum[h] > 0.f ? (row_max[h] + log2f(sum[h])) * kLn2 : -INFINITY;
+      if constexpr (kTemperatureLse) {
+        const float sum_t = sum_over_row_quad(row_sum_t[h]);
+        lse_t[h] = sum_t > 0.f ? (temperature * row_max[h] + log2f(sum_t)) * kLn2 : -INFINITY;
+      } else {
+        lse_t[h] = lse[h];
+      }
+    }
+  }
+};
+
+}  // namespace flashmsa::sm90
