@@ -5,7 +5,7 @@ enable_language(CUDA)
 set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
-set(CMAKE_CUDA_ARCHITECTURES OFF)
+set_target_properties(flashmsa PROPERTIES CUDA_ARCHITECTURES OFF)  # -gencode below
 
 set(FLASHMSA_CUTLASS_DIR "" CACHE PATH "Root holding cutlass/ and cute/ headers")
 if(NOT FLASHMSA_CUTLASS_DIR)

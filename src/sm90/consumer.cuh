@@ -78,7 +78,7 @@ __device__ __forceinline__ void zero_value_tail(uint8_t* v_stage, int first_inva
 }
 
 template <typename Element, bool kTemperatureLse>
-__device__ void consume(const PrefillParams& p, SharedStorage& smem, const TilePlan& plan,
+__device__ inline void consume(const PrefillParams& p, SharedStorage& smem, const TilePlan& plan,
                         int kv_head, int head_chunk) {
   const int warpgroup = threadIdx.x / 128 - 1;
   const int thread = threadIdx.x % 128;

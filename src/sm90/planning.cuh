@@ -31,7 +31,7 @@ __device__ __forceinline__ int64_t request_query_tiles(const PrefillParams& p, i
 
 // Warp 0 walks the requests 32 at a time, prefix-summing their tile counts, to find which
 // request holds tile `tile_index`. Writes the tile's request and rows to shared memory.
-__device__ void locate_tile(const PrefillParams& p, SharedStorage& smem, int64_t tile_index) {
+__device__ inline void locate_tile(const PrefillParams& p, SharedStorage& smem, int64_t tile_index) {
   const int lane = threadIdx.x % 32;
   int64_t remaining = tile_index;
   for (int64_t base = 0; base < p.batch_size; base += 32) {
@@ -112,7 +112,7 @@ __device__ __forceinline__ int32_t block_exclusive_scan(int32_t value, int32_t* 
   return warp_offset + inclusive - value;
 }
 
-__device__ TilePlan plan_tile(const PrefillParams& p, SharedStorage& smem, int64_t tile_index,
+__device__ inline TilePlan plan_tile(const PrefillParams& p, SharedStorage& smem, int64_t tile_index,
                               int kv_head) {
   const int tid = threadIdx.x;
   if (tid < 32) locate_tile(p, smem, tile_index);

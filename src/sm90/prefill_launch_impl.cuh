@@ -9,9 +9,17 @@ namespace flashmsa::sm90 {
 template <typename Element, bool kTemperatureLse>
 cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaStream_t stream) {
   auto kernel = prefill_kernel<Element, kTemperatureLse>;
-  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(kSharedMemoryBytes));
+  // Opting in to more than 48 KiB of shared memory is needed once per device and kernel.
+  static thread_local int configured_device = -1;
+  int device = 0;
+  cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) return status;
+  if (configured_device != device) {
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(kSharedMemoryBytes));
+    if (status != cudaSuccess) return status;
+    configured_device = device;
+  }
   kernel<<<grid, kNumThreads, kSharedMemoryBytes, stream>>>(params);
   return cudaGetLastError();
 }

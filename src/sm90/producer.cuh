@@ -33,7 +33,7 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
   }
 }
 
-__device__ void produce(const PrefillParams& p, SharedStorage& smem, const TilePlan& plan,
+__device__ inline void produce(const PrefillParams& p, SharedStorage& smem, const TilePlan& plan,
                         int kv_head) {
   for (int u = 0; u < plan.union_size; ++u) {
     const int stage = u % kNumStages;
