@@ -1,0 +1,102 @@
+// The C entry points: validate -> dispatch to a backend. C++ exceptions stop here and become a
+// status plus the thread's last-error text; nothing below this file ever exits the process.
+#include <cmath>
+#include <exception>
+#include <string>
+
+#include "api/backends.h"
+#include "api/validate.h"
+#include "common/error.h"
+#include "flashmsa/flashmsa.h"
+
+// The library is built with hidden visibility; only the functions of the C ABI are exported.
+#define FLASHMSA_API extern "C" __attribute__((visibility("default")))
+
+namespace flashmsa {
+namespace {
+
+thread_local std::string last_error;
+
+// Runs `body`, turning any exception into a status and the thread's last-error text. A
+// successful call clears the text so that flashmsa_last_error() describes this call.
+template <typename Body>
+flashmsa_status guarded(Body&& body) {
+  try {
+    body();
+    last_error.clear();
+    return FLASHMSA_OK;
+  } catch (const Error& error) {
+    last_error = error.what();
+    return error.status();
+  } catch (const std::exception& error) {
+    last_error = std::string("internal error: ") + error.what();
+    return FLASHMSA_ERROR_INTERNAL;
+  } catch (...) {
+    last_error = "internal error: unknown exception";
+    return FLASHMSA_ERROR_INTERNAL;
+  }
+}
+
+void require_cuda_build() {
+  if (!sm90_compiled()) {
+    fail_not_supported(
+        "device: FLASHMSA_DEVICE_CUDA requested, but this library was built without CUDA "
+        "(CPU tensors only)");
+  }
+}
+
+size_t workspace_bytes_for(const flashmsa_args& args) {
+  if (args.device == FLASHMSA_DEVICE_CPU) return 0;
+  require_cuda_build();
+  return sm90_workspace_bytes(args);
+}
+
+}  // namespace
+}  // namespace flashmsa
+
+FLASHMSA_API void flashmsa_args_init(flashmsa_args* args) {
+  if (args == nullptr) return;
+  *args = flashmsa_args{};  // zero sizes and strides, NULL pointers, flags off
+  args->device = FLASHMSA_DEVICE_CPU;
+  args->device_index = 0;
+  args->stream = nullptr;
+  args->q_dtype = FLASHMSA_DTYPE_BF16;
+  args->kv_dtype = FLASHMSA_DTYPE_BF16;
+  args->q_offset_mode = FLASHMSA_Q_OFFSET_END_ALIGNED;
+  args->softmax_scale = static_cast<float>(1.0 / std::sqrt(128.0));
+  args->k_global_scale = 1.0f;
+  args->v_global_scale = 1.0f;
+  args->lse_temperature_scale = 1.0f;
+}
+
+FLASHMSA_API flashmsa_status flashmsa_workspace_bytes(const flashmsa_args* args, size_t* bytes) {
+  return flashmsa::guarded([&] {
+    if (bytes == nullptr) flashmsa::fail_invalid("bytes: must not be NULL");
+    *bytes = 0;
+    flashmsa::validate_args(args);
+    *bytes = flashmsa::workspace_bytes_for(*args);
+  });
+}
+
+FLASHMSA_API flashmsa_status flashmsa_sparse_attention(const flashmsa_args* args) {
+  return flashmsa::guarded([&] {
+    flashmsa::validate_args(args);
+    if (args->device == FLASHMSA_DEVICE_CPU) {
+      flashmsa::run_cpu(*args);
+      return;
+    }
+    const size_t required = flashmsa::workspace_bytes_for(*args);
+    if (args->workspace_bytes < required) {
+      flashmsa::fail_invalid("workspace_bytes: expected at least " + std::to_string(required) +
+                             " (flashmsa_workspace_bytes), got " +
+                             std::to_string(args->workspace_bytes));
+    }
+    flashmsa::run_sm90(*args);
+  });
+}
+
+FLASHMSA_API const char* flashmsa_last_error(void) { return flashmsa::last_error.c_str(); }
+
+FLASHMSA_API int flashmsa_has_cuda(void) { return flashmsa::sm90_compiled() ? 1 : 0; }
+
+FLASHMSA_API int flashmsa_abi_version(void) { return FLASHMSA_ABI_VERSION; }

@@ -1,0 +1,238 @@
+// Host-side validation of flashmsa_args. The checks run in the order of the struct's concerns
+// (device, dtypes, sizes, layout, pointers, scales, numerics, masking, outputs, workspace) so
+// that a call with several mistakes always reports the same, first one.
+//
+// Pointers to tensors with no elements may be NULL (an empty torch tensor's data_ptr() is 0),
+// so "required" below means "required when the tensor has elements".
+#include "api/validate.h"
+
+#include <string.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "common/error.h"
+#include "common/nvfp4.h"
+
+namespace flashmsa {
+namespace {
+
+constexpr int64_t kSupportedHeadDim = 128;
+constexpr int64_t kMaxTopk = 64;
+
+// Builds "field: expected <expected>, got <value>".
+template <typename T>
+[[noreturn]] void fail_field(const char* field, const std::string& expected, const T& value) {
+  std::ostringstream message;
+  message << field << ": expected " << expected << ", got " << value;
+  fail_invalid(message.str());
+}
+
+void require_pointer(const void* pointer, const char* field, const std::string& why) {
+  if (pointer == nullptr) fail_invalid(std::string(field) + ": must not be NULL " + why);
+}
+
+void require_null(const void* pointer, const char* field, const std::string& why) {
+  if (pointer != nullptr) fail_invalid(std::string(field) + ": must be NULL " + why);
+}
+
+void require_non_negative(int64_t value, const char* field) {
+  if (value < 0) fail_field(field, "a size >= 0", value);
+}
+
+void require_flag(int32_t value, const char* field) {
+  if (value != 0 && value != 1) fail_field(field, "0 or 1", value);
+}
+
+void require_finite(float value, const char* field) {
+  if (!std::isfinite(value)) fail_field(field, "a finite value", value);
+}
+
+// The raw integer in an enum field. A C caller (ctypes, say) may store any int there, and
+// loading an out-of-range value through the C++ enum type is undefined behaviour, so the
+// validation reads enum fields through this and only the backends use them as enums.
+template <typename Enum>
+int raw_enum(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized on supported ABIs");
+  int value;
+  memcpy(&value, &field, sizeof(value));
+  return value;
+}
+
+std::string dtype_name(int dtype) {
+  switch (dtype) {
+    case FLASHMSA_DTYPE_BF16:
+      return "BF16";
+    case FLASHMSA_DTYPE_FP16:
+      return "FP16";
+    case FLASHMSA_DTYPE_FP8_E4M3:
+      return "FP8_E4M3";
+    case FLASHMSA_DTYPE_NVFP4:
+      return "NVFP4";
+    default:
+      return "unknown dtype " + std::to_string(dtype);
+  }
+}
+
+void validate_device(const flashmsa_args& args) {
+  const int device = raw_enum(args.device);
+  if (device != FLASHMSA_DEVICE_CPU && device != FLASHMSA_DEVICE_CUDA) {
+    fail_field("device", "FLASHMSA_DEVICE_CPU (0) or FLASHMSA_DEVICE_CUDA (1)", device);
+  }
+  if (device == FLASHMSA_DEVICE_CUDA && args.device_index < 0) {
+    fail_field("device_index", "a CUDA device ordinal >= 0", args.device_index);
+  }
+}
+
+void validate_dtypes(const flashmsa_args& args) {
+  const int q_dtype = raw_enum(args.q_dtype), kv_dtype = raw_enum(args.kv_dtype);
+  if (q_dtype != FLASHMSA_DTYPE_BF16 && q_dtype != FLASHMSA_DTYPE_FP16) {
+    fail_field("q_dtype", "BF16 or FP16", dtype_name(q_dtype));
+  }
+  if (kv_dtype != q_dtype && kv_dtype != FLASHMSA_DTYPE_FP8_E4M3 &&
+      kv_dtype != FLASHMSA_DTYPE_NVFP4) {
+    fail_field("kv_dtype", "q's dtype (" + dtype_name(q_dtype) + "), FP8_E4M3 or NVFP4",
+               dtype_name(kv_dtype));
+  }
+}
+
+void validate_sizes(const flashmsa_args& args) {
+  if (args.head_dim <= 0) fail_field("head_dim", "128", args.head_dim);
+  if (args.head_dim != kSupportedHeadDim) {
+    fail_not_supported("head_dim: only 128 is supported, got " + std::to_string(args.head_dim));
+  }
+  if (args.num_qo_heads < 1) fail_field("num_qo_heads", "a count >= 1", args.num_qo_heads);
+  if (args.num_kv_heads < 1) fail_field("num_kv_heads", "a count >= 1", args.num_kv_heads);
+  if (args.num_qo_heads % args.num_kv_heads != 0) {
+    fail_field("num_qo_heads",
+               "a multiple of num_kv_heads (" + std::to_string(args.num_kv_heads) + ")",
+               args.num_qo_heads);
+  }
+  if (args.topk < 1 || args.topk > kMaxTopk) fail_field("topk", "a value in [1, 64]", args.topk);
+  require_non_negative(args.batch_size, "batch_size");
+  require_non_negative(args.total_q, "total_q");
+}
+
+// Paged and flat calls take different, mutually exclusive sequence-length arguments.
+void validate_layout(const flashmsa_args& args) {
+  require_flag(args.is_paged, "is_paged");
+  const bool has_requests = args.batch_size > 0;
+  if (args.is_paged) {
+    require_non_negative(args.num_pages, "num_pages");
+    require_non_negative(args.max_pages_per_request, "max_pages_per_request");
+    require_null(args.cu_seqlens_k, "cu_seqlens_k", "on the paged path (seqused_k gives lengths)");
+    if (has_requests) {
+      require_pointer(args.seqused_k, "seqused_k", "on the paged path");
+      if (args.max_pages_per_request > 0) {
+        require_pointer(args.page_table, "page_table", "on the paged path");
+      }
+    }
+  } else {
+    require_non_negative(args.total_k, "total_k");
+    require_pointer(args.cu_seqlens_k, "cu_seqlens_k", "on the flat path");
+    require_null(args.seqused_k, "seqused_k", "on the flat path (only paged calls take it)");
+    require_null(args.page_table, "page_table", "on the flat path (its presence means paged)");
+  }
+}
+
+// Rows of K (and of V): tokens times KV heads, as the NVFP4 scale layout counts them.
+bool kv_rows(const flashmsa_args& args, int64_t* rows) {
+  if (args.is_paged) {
+    int64_t page_rows = 0;
+    return !__builtin_mul_overflow(args.num_pages, args.num_kv_heads, &page_rows) &&
+           !__builtin_mul_overflow(page_rows, static_cast<int64_t>(kBlockSize), rows);
+  }
+  return !__builtin_mul_overflow(args.total_k, args.num_kv_heads, rows);
+}
+
+void validate_input_pointers(const flashmsa_args& args) {
+  require_pointer(args.cu_seqlens_q, "cu_seqlens_q", "(it has batch_size + 1 entries)");
+  if (args.total_q > 0) {
+    require_pointer(args.q, "q", "when total_q > 0");
+    require_pointer(args.q2k_indices, "q2k_indices", "when total_q > 0");
+  }
+  int64_t rows = 0;
+  if (!kv_rows(args, &rows)) fail_invalid("total_k/num_pages: K/V row count overflows int64");
+  if (rows > 0) {
+    require_pointer(args.k, "k", "when K/V have rows");
+    require_pointer(args.v, "v", "when K/V have rows");
+  }
+}
+
+void validate_block_scales(const flashmsa_args& args) {
+  if (args.kv_dtype != FLASHMSA_DTYPE_NVFP4) {
+    require_null(args.k_scale, "k_scale", "unless kv_dtype is NVFP4");
+    require_null(args.v_scale, "v_scale", "unless kv_dtype is NVFP4");
+    return;
+  }
+  const int64_t required = nvfp4_scale_bytes_required(args);
+  if (required == 0) return;
+  const std::string expected =
+      "at least " + std::to_string(required) + " bytes (ceil(rows / 128) * 128 * 8 for NVFP4 K/V)";
+  require_pointer(args.k_scale, "k_scale", "when kv_dtype is NVFP4");
+  if (args.k_scale_bytes < required) fail_field("k_scale_bytes", expected, args.k_scale_bytes);
+  require_pointer(args.v_scale, "v_scale", "when kv_dtype is NVFP4");
+  if (args.v_scale_bytes < required) fail_field("v_scale_bytes", expected, args.v_scale_bytes);
+}
+
+void validate_numerics(const flashmsa_args& args) {
+  require_finite(args.softmax_scale, "softmax_scale");
+  require_finite(args.k_global_scale, "k_global_scale");
+  require_finite(args.v_global_scale, "v_global_scale");
+  if (!std::isfinite(args.lse_temperature_scale) || !(args.lse_temperature_scale > 0.0f)) {
+    fail_field("lse_temperature_scale", "a finite value > 0", args.lse_temperature_scale);
+  }
+}
+
+void validate_masking(const flashmsa_args& args) {
+  require_flag(args.causal, "causal");
+  const int mode = raw_enum(args.q_offset_mode);
+  if (mode < FLASHMSA_Q_OFFSET_END_ALIGNED || mode > FLASHMSA_Q_OFFSET_PER_REQUEST) {
+    fail_field("q_offset_mode", "END_ALIGNED (0), SCALAR (1) or PER_REQUEST (2)", mode);
+  }
+  if (mode == FLASHMSA_Q_OFFSET_PER_REQUEST) {
+    if (args.batch_size > 0) {
+      require_pointer(args.q_offset_per_request, "q_offset_per_request",
+                      "when q_offset_mode is PER_REQUEST");
+    }
+  } else {
+    require_null(args.q_offset_per_request, "q_offset_per_request",
+                 "unless q_offset_mode is PER_REQUEST");
+  }
+}
+
+void validate_outputs(const flashmsa_args& args) {
+  if (args.total_q > 0) require_pointer(args.out, "out", "when total_q > 0");
+  if (args.workspace_bytes > 0) {
+    require_pointer(args.workspace, "workspace", "when workspace_bytes > 0");
+  }
+}
+
+}  // namespace
+
+int64_t nvfp4_scale_bytes_required(const flashmsa_args& args) {
+  if (args.kv_dtype != FLASHMSA_DTYPE_NVFP4) return 0;
+  int64_t rows = 0;
+  // 2^56 rows is far beyond any real cache and keeps the byte count below int64's range.
+  constexpr int64_t kMaxRows = int64_t{1} << 56;
+  if (!kv_rows(args, &rows) || rows > kMaxRows) {
+    fail_invalid("total_k/num_pages: K/V row count overflows the NVFP4 scale size");
+  }
+  return nvfp4_scale_bytes_needed(rows);
+}
+
+void validate_args(const flashmsa_args* args) {
+  if (args == nullptr) fail_invalid("args: must not be NULL");
+  validate_device(*args);
+  validate_dtypes(*args);
+  validate_sizes(*args);
+  validate_layout(*args);
+  validate_input_pointers(*args);
+  validate_block_scales(*args);
+  validate_numerics(*args);
+  validate_masking(*args);
+  validate_outputs(*args);
+}
+
+}  // namespace flashmsa
