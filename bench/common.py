@@ -1,0 +1,247 @@
+"""Shared pieces of the benchmarks: loading flashmsa, timing, ceilings, inputs, output files.
+
+Timing rules (../shared/design/performance.md): warm up, take the median of >= 20 samples,
+time with CUDA graph replays (launch gaps out) or CUDA events, and rotate between several input
+sets when one set would fit in the 60 MB L2, so that the numbers are not L2 numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA_DIR = os.path.join(os.path.dirname(REPO), "shared", "data", "msa_workloads")
+L2_BYTES = 60 << 20       # H200
+MAX_SETS = 32             # rotation sets at most: enough to pass 2x L2 for a 4 MiB decode call
+HEAD_DIM = 128
+
+
+def import_flashmsa():
+    """The package from python/ (PYTHONPATH=python on the GPU machine) or an installed one."""
+    python_dir = os.path.join(REPO, "python")
+    if python_dir not in sys.path:
+        sys.path.insert(0, python_dir)
+    import flashmsa
+    return flashmsa
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", default="out/bench", help="directory for CSV, JSON (and PNG)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cpu: tiny shapes through the CPU backend, to check the code paths")
+    p.add_argument("--quick", action="store_true", help="fewer cases, to fit a short GPU slot")
+    p.add_argument("--reps", type=int, default=20, help="timed samples per measurement (>= 20)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def check_device(device: str) -> None:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: use --device cpu for the tiny code-path check")
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+@dataclass
+class Timing:
+    seconds: float          # median per call
+    reps: int               # samples the median is over
+    method: str             # "graph", "events" or "wall"
+    samples: list = field(default_factory=list)
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_calls(fns, device: str, reps: int = 20, warmup: int = 3, graph: bool = True,
+               budget_s: float | None = None, min_reps: int = 5) -> Timing:
+    """Median seconds per call of `fns` (one callable per rotation set, run round robin).
+
+    graph=True captures one CUDA graph holding one call per set and times its replays with
+    events (per call = replay / len(fns)); if capture fails it falls back to events. budget_s
+    caps the timed loop of slow baselines: the reps then drop (never below min_reps) and the
+    row says how many samples there were.
+    """
+    fns = list(fns)
+    if device != "cuda":
+        for f in fns[:1]:
+            f()
+        samples = []
+        for i in range(reps):
+            t0 = time.perf_counter()
+            fns[i % len(fns)]()
+            samples.append(time.perf_counter() - t0)
+        return Timing(statistics.median(samples), reps, "wall", samples)
+
+    # Warm up on a side stream: what graph capture wants, and it keeps one-off work (module
+    # load, autotuning, allocations) out of the numbers either way.
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    t0 = time.perf_counter()
+    with torch.cuda.stream(stream):
+        for _ in range(max(1, warmup)):
+            for f in fns:
+                f()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    per_call = (time.perf_counter() - t0) / (max(1, warmup) * len(fns))
+    if budget_s is not None and per_call * len(fns) * reps > budget_s:
+        reps = max(min_reps, int(budget_s / (per_call * len(fns))))
+
+    if graph:
+        try:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for f in fns:
+                    f()
+            g.replay()
+            torch.cuda.synchronize()
+            samples = _event_samples(g.replay, reps)
+            return Timing(statistics.median(samples) / len(fns), reps, "graph",
+                          [s / len(fns) for s in samples])
+        except Exception as e:  # noqa: BLE001 - a baseline that cannot be captured is timed eagerly
+            torch.cuda.synchronize()
+            print(f"  (graph capture failed, timing with events: {type(e).__name__}: {e})")
+    samples = []
+    for i in range(reps):
+        samples += _event_samples(fns[i % len(fns)], 1)
+    return Timing(statistics.median(samples), reps, "events", samples)
+
+
+def _event_samples(fn, reps: int) -> list:
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(reps)]
+    for start, end in pairs:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) * 1e-3 for start, end in pairs]
+
+
+def rotation_sets(bytes_per_set: int, device: str, max_total: int = 8 << 30) -> int:
+    """How many input sets keep the reuse distance of any byte above 2x L2."""
+    if device != "cuda" or bytes_per_set <= 0:
+        return 1
+    n = math.ceil(2 * L2_BYTES / bytes_per_set)
+    return max(1, min(n, MAX_SETS, max(1, max_total // bytes_per_set)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Ceilings measured in the same run
+
+
+def measure_ceilings(device: str, reps: int) -> dict:
+    """Device-to-device copy bandwidth (bytes read + written) and a bf16 square matmul."""
+    if device == "cuda":
+        copy_bytes, n = 2 << 30, 8192
+    else:
+        copy_bytes, n = 64 << 20, 512
+    src = torch.randn(copy_bytes // 2, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    t = time_calls([lambda: dst.copy_(src)], device, reps=reps, graph=False)
+    copy_gbs = 2 * copy_bytes / t.seconds / 1e9
+    del src, dst
+    a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    t2 = time_calls([lambda: torch.mm(a, b)], device, reps=reps, graph=False)
+    return {"copy_GBps": copy_gbs, "copy_bytes": copy_bytes,
+            "matmul_TFLOPs": 2 * n ** 3 / t2.seconds / 1e12, "matmul_n": n}
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def randn(shape, dtype, device, generator=None):
+    """Inputs are randn / 3 (contract section 7), never zeros."""
+    x = torch.randn(shape, dtype=torch.float32, device=device, generator=generator) / 3
+    return x.to(dtype)
+
+
+def cu_seqlens(lengths, device) -> torch.Tensor:
+    lens = torch.as_tensor(list(lengths), dtype=torch.int64)
+    return torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)]).to(
+        device=device, dtype=torch.int32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+def environment(device: str) -> dict:
+    env = {"time": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "torch": torch.__version__,
+           "python": platform.python_version(), "device": device,
+           "library": os.environ.get("FLASHMSA_LIBRARY", "")}
+    if device == "cuda":
+        env["gpu"] = torch.cuda.get_device_name()
+        env["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
+    try:
+        env["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, text=True,
+                                       capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        env["commit"] = os.environ.get("FLASHMSA_COMMIT", "unknown")
+    return env
+
+
+def write_outputs(out_dir: str, name: str, rows: list, extra: dict) -> None:
+    """<name>.csv (one row per measurement) and <name>.json (rows plus environment, ceilings,
+    aggregates)."""
+    os.makedirs(out_dir, exist_ok=True)
+    keys = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with open(os.path.join(out_dir, f"{name}.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+        json.dump({**extra, "rows": rows}, f, indent=1, default=str)
+
+
+def print_table(rows: list, columns: list, title: str) -> None:
+    """A compact fixed-width table: columns is a list of (key, header, format)."""
+    cells = [[("" if r.get(k) is None else (fmt.format(r[k]) if isinstance(r[k], (int, float))
+               else str(r[k]))) for k, _, fmt in columns] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (_, h, _) in enumerate(columns)]
+    print(f"\n== {title}")
+    print("  ".join(h.rjust(w) for (_, h, _), w in zip(columns, widths)))
+    for c in cells:
+        print("  ".join(x.rjust(w) for x, w in zip(c, widths)))
+
+
+def free_memory(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def workload_file(name: str) -> str:
+    """A file of the MSA workloads: ../shared when present (developer machines), else the copy
+    in bench/data (the GPU machine gets the repository alone)."""
+    for folder in (DATA_DIR, os.path.join(REPO, "bench", "data")):
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError(f"{name} neither in {DATA_DIR} nor in bench/data")

@@ -1,0 +1,232 @@
+"""MSA decode benchmark (issue 4): paged bf16 K/V, MiniMax-M3 heads, `random` pattern, timed as
+CUDA-graph replays, scored in GB/s over KV bytes (contract section 10) next to the copy
+bandwidth measured in the same run.
+
+Cases: batch 1 / 16 / 64 / 128 at KV 32768 with one query token, batch 64 at KV 131072, MTP
+(8 query tokens per request) at batch 32; then the published decode suite (decode_suite_v1.csv,
+8 query tokens per request, per-request KV lengths generated as the suite does) with its
+weighted figures.
+
+    python3 -m bench.decode --out out/bench [--quick] [--device cpu]
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import common
+from .common import HEAD_DIM, time_calls
+from .gather_attention import gather_attention
+from .selection import BLOCK, kv_bytes, select
+
+PAGE_BYTES_PER_HEAD = 2 * BLOCK * HEAD_DIM * 2   # K + V of one page of one KV head, bf16
+
+
+@dataclass
+class DecodeCase:
+    name: str
+    suite: str            # "issue4", "full" or "low-latency"
+    batch: int
+    qlen: int             # query tokens per request
+    kv_lens: list
+    weight: float = 0.0
+    target: str = ""      # issue 4's target for this row
+    vllm: str = ""        # vLLM's Triton decode on the same H200 (design/performance.md)
+
+
+# (name, batch, KV length, query tokens, target, vLLM Triton on this H200)
+ISSUE4 = [("b1_kv32768", 1, 32768, 1, "<= 5 us", "6.8 us"),
+          ("b16_kv32768", 16, 32768, 1, ">= 3400 GB/s", "2690 GB/s"),
+          ("b64_kv32768", 64, 32768, 1, ">= 4000 GB/s", "3740 GB/s"),
+          ("b128_kv32768", 128, 32768, 1, ">= 4000 GB/s", "3860 GB/s"),
+          ("b64_kv131072", 64, 131072, 1, ">= 4000 GB/s", "3690 GB/s"),
+          ("mtp8_b32_kv32768", 32, 32768, 8, ">= 3900 GB/s", "3540 GB/s")]
+
+
+def suite_seq_lens(batch: int, nominal: int, qlen: int, seed: int = 1701) -> list:
+    """Per-request KV lengths of the published suite (data README): batch // 2 deltas drawn
+    uniformly from [nominal // 20, nominal // 4] on a CPU generator seeded with
+    seed + batch * 1009 + nominal, emitted as nominal -/+ delta (plus one nominal request for an
+    odd batch), then permuted with the same generator. The mean is exactly `nominal`."""
+    gen = torch.Generator().manual_seed(seed + batch * 1009 + nominal)
+    low = max(1, nominal // 20)
+    high = max(low, nominal // 4)
+    deltas = torch.randint(low, high + 1, (batch // 2,), generator=gen, dtype=torch.int64)
+    parts = [nominal - deltas, nominal + deltas]
+    if batch % 2:
+        parts.append(torch.tensor([nominal], dtype=torch.int64))
+    lens = torch.cat(parts)[torch.randperm(batch, generator=gen)]
+    assert int(lens.sum()) == batch * nominal and int(lens.min()) >= qlen
+    return lens.tolist()
+
+
+def suite_cases(suites):
+    cases = []
+    with open(common.workload_file("decode_suite_v1.csv")) as f:
+        for row in csv.DictReader(f):
+            if row["suite"] not in suites:
+                continue
+            b, n, ql = int(row["batch_size"]), int(row["nominal_seq_len"]), int(row["q_len_per_req"])
+            cases.append(DecodeCase(f"{row['suite']}_b{b}_s{n}_q{ql}", row["suite"], b, ql,
+                                    suite_seq_lens(b, n, ql), float(row["weight"])))
+    return cases
+
+
+def build_cases(args):
+    if args.device == "cpu":
+        issue4 = [DecodeCase("b1_kv1000", "issue4", 1, 1, [1000]),
+                  DecodeCase("b3_kv1000_mtp8", "issue4", 3, 8, [1000, 77, 555])]
+        return issue4 + [c for c in suite_cases({"full"}) if c.kv_lens and
+                         max(c.kv_lens) <= 1300 and c.batch <= 8]
+    cases = [DecodeCase(n, "issue4", b, ql, [kv] * b, target=t, vllm=v)
+             for n, b, kv, ql, t, v in ISSUE4]
+    return cases + suite_cases({"full"} if args.quick else {"full", "low-latency"})
+
+
+class PagedCache:
+    """One K and one V cache (num_pages, Hkv, 128, D), filled once with randn / 3 and shared by
+    every case; each case maps its requests to disjoint random pages."""
+
+    def __init__(self, num_pages: int, num_kv_heads: int, device: str):
+        shape = (num_pages, num_kv_heads, BLOCK, HEAD_DIM)
+        self.k = torch.empty(shape, dtype=torch.bfloat16, device=device).normal_(0, 1 / 3)
+        self.v = torch.empty(shape, dtype=torch.bfloat16, device=device).normal_(0, 1 / 3)
+        self.num_pages = num_pages
+
+    def page_tables(self, kv_lens, n_sets: int, device: str):
+        """n_sets page tables (B, max_pages) over disjoint random pages; unused entries -1."""
+        pages = torch.tensor([math.ceil(n / BLOCK) for n in kv_lens], device=device)
+        starts = torch.cumsum(pages, 0) - pages
+        slot = torch.arange(int(pages.max()), device=device)
+        used = slot[None, :] < pages[:, None]
+        perm = torch.randperm(self.num_pages, device=device)
+        per_set = int(pages.sum())
+        tables = []
+        for i in range(n_sets):
+            where = (i * per_set + starts[:, None] + slot[None, :]).clamp(max=self.num_pages - 1)
+            tables.append(torch.where(used, perm[where], -1).to(torch.int32))
+        return tables
+
+
+def pages_needed(case: DecodeCase, n_sets: int) -> int:
+    return n_sets * sum(math.ceil(n / BLOCK) for n in case.kv_lens)
+
+
+def estimated_sets(case: DecodeCase, heads, device) -> int:
+    _, hkv, topk = heads
+    per_call = case.batch * hkv * min(case.qlen * topk, 4096) * PAGE_BYTES_PER_HEAD
+    return common.rotation_sets(per_call, device)
+
+
+def run_case(case, cache, heads, flashmsa, args, seed):
+    device = args.device
+    hq, hkv, topk = heads
+    total_q = case.batch * case.qlen
+    n_sets = estimated_sets(case, heads, device)
+    cu_q = common.cu_seqlens([case.qlen] * case.batch, device)
+    seqused = torch.tensor(case.kv_lens, dtype=torch.int32, device=device)
+    sets = []
+    for i, table in enumerate(cache.page_tables(case.kv_lens, n_sets, device)):
+        q2k = flashmsa.patterns.make_q2k("random", [case.qlen] * case.batch, case.kv_lens, hkv,
+                                         topk, causal=True, seed=seed + i, device=device)
+        q = common.randn((total_q, hq, HEAD_DIM), torch.bfloat16, device)
+        sets.append(dict(q=q, q2k=q2k, table=table, out=torch.full_like(q, float("nan"))))
+    sel = select(sets[0]["q2k"], cu_q, seqused, causal=True, max_pages=sets[0]["table"].shape[1])
+    nbytes = kv_bytes(sel, case.batch, HEAD_DIM, 2)
+
+    attn = flashmsa.msa_sparse_attention
+    fns = [lambda s=s: attn(s["q"], cache.k, cache.v, s["q2k"], cu_q, None, causal=True,
+                            page_table=s["table"], seqused_k=seqused, out=s["out"])
+           for s in sets]
+    t = time_calls(fns, device, args.reps, args.warmup, graph=True)
+
+    s = sets[0]
+    rows = torch.randperm(total_q, device=device)[:256]
+    ref, _, _ = gather_attention(s["q"], cache.k, cache.v, s["q2k"], cu_q, causal=True,
+                                 page_table=s["table"], seqused_k=seqused,
+                                 compute_dtype=torch.float32, rows=rows, selection=sel)
+    got = s["out"][rows].float()
+    rel = ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    return dict(time_us=t.seconds * 1e6, reps=t.reps, method=t.method, sets=n_sets,
+                kv_bytes=nbytes, GBps=nbytes / t.seconds / 1e9, check_rel_l2=rel,
+                note="" if rel < 1e-2 and torch.isfinite(got).all() else "CHECK FAILED")
+
+
+def meets(target: str, r: dict):
+    if not target or "GBps" not in r:
+        return None
+    op, value, unit = target.split()
+    got = r["time_us"] if unit == "us" else r["GBps"]
+    return got <= float(value) if op == "<=" else got >= float(value)
+
+
+def weighted(rows, suite):
+    rs = [r for r in rows if r["suite"] == suite and r.get("GBps") and r["weight"] > 0]
+    if not rs:
+        return None
+    w = sum(r["weight"] for r in rs)
+    return {"GBps": sum(r["weight"] * r["kv_bytes"] for r in rs)
+            / sum(r["weight"] * r["time_us"] * 1e-6 for r in rs) / 1e9,
+            "weighted_mean_latency_us": sum(r["weight"] * r["time_us"] for r in rs) / w,
+            "cases": len(rs)}
+
+
+def main():
+    p = common.base_parser(__doc__.splitlines()[0])
+    args = p.parse_args()
+    common.check_device(args.device)
+    heads = (8, 2, 4) if args.device == "cpu" else (64, 4, 16)
+    if args.device == "cpu":
+        args.reps = min(args.reps, 3)
+    flashmsa = common.import_flashmsa()
+    import flashmsa.patterns  # noqa: F401 - make_q2k
+    env = common.environment(args.device)
+    print(f"decode bench: {env}", flush=True)
+    ceilings = common.measure_ceilings(args.device, args.reps)
+    copy = ceilings["copy_GBps"]
+    print(f"ceilings: {ceilings}", flush=True)
+
+    cases = build_cases(args)
+    num_pages = max(pages_needed(c, estimated_sets(c, heads, args.device)) for c in cases)
+    cache = PagedCache(num_pages, heads[1], args.device)
+    print(f"paged cache: {num_pages} pages, {2 * cache.k.numel() * 2 / 2**30:.1f} GiB K+V",
+          flush=True)
+
+    rows = []
+    for i, case in enumerate(cases):
+        r = {"case": case.name, "suite": case.suite, "batch": case.batch, "qlen": case.qlen,
+             "kv_mean": sum(case.kv_lens) / len(case.kv_lens), "kv_min": min(case.kv_lens),
+             "kv_max": max(case.kv_lens), "weight": case.weight}
+        try:
+            r.update(run_case(case, cache, heads, flashmsa, args, args.seed + 1000 * i))
+            r["pct_copy"] = 100 * r["GBps"] / copy
+        except Exception as e:  # noqa: BLE001 - one failing case must not end the run
+            r["note"] = f"error: {type(e).__name__}: {e}"[:300]
+        r.update(target=case.target, meets=meets(case.target, r), vllm_triton=case.vllm)
+        rows.append(r)
+        print(f"  {case.name:26s} " + (f"{r['time_us']:9.2f} us {r['GBps']:8.0f} GB/s "
+              f"({r['pct_copy']:.0f}% of copy) {r['note']}" if "GBps" in r else r["note"]),
+              flush=True)
+        common.free_memory(args.device)
+
+    aggs = {s: a for s in ("full", "low-latency") if (a := weighted(rows, s))}
+    common.write_outputs(args.out, "decode", rows, {"environment": env, "ceilings": ceilings,
+                                                   "suite_weighted": aggs, "heads": heads})
+    common.print_table(rows, [("case", "case", "{}"), ("batch", "B", "{}"), ("qlen", "q", "{}"),
+                              ("kv_mean", "kv mean", "{:.0f}"), ("time_us", "us", "{:.2f}"),
+                              ("GBps", "GB/s", "{:.0f}"), ("pct_copy", "%copy", "{:.0f}"),
+                              ("target", "target", "{}"), ("meets", "ok", "{}"),
+                              ("vllm_triton", "vLLM Triton", "{}"), ("note", "note", "{}")],
+                       "decode: GB/s over KV bytes (contract section 10)")
+    for s, a in aggs.items():
+        print(f"decode suite {s}: weighted {a['GBps']:.0f} GB/s over KV bytes "
+              f"({100 * a['GBps'] / copy:.0f}% of copy), weighted mean latency "
+              f"{a['weighted_mean_latency_us']:.1f} us, {a['cases']} cases")
+    print(f"ceilings: copy {copy:.0f} GB/s, bf16 matmul {ceilings['matmul_TFLOPs']:.0f} TFLOP/s")
+
+
+if __name__ == "__main__":
+    main()
