@@ -10,7 +10,10 @@ constexpr int kBlockKeys = 128;        // keys per selected block: one TMA box p
 constexpr int kRowsPerWarpgroup = 64;  // wgmma M
 constexpr int kNumConsumerWarpgroups = 2;
 constexpr int kNumThreads = 128 * (1 + kNumConsumerWarpgroups);  // warpgroup 0 produces
-constexpr int kNumStages = 2;          // 2 x 64 KiB of K+V: all the smem we can afford
+// K and V have separate rings of stages: K of a block is released as soon as S = Q K^T is done,
+// V only after P V, which the software pipeline issues one step later. 2 x (32 + 32) KiB is all
+// the shared memory left beside Q and the planning buffers.
+constexpr int kNumStages = 2;
 // Candidates (tokens x topk) one tile plans over; tiles are sized so that they never exceed it.
 constexpr int kMaxCandidates = 2048;
 constexpr int kMaxTileTokens = 128;
@@ -21,7 +24,7 @@ constexpr int kPanelElems = 64;
 constexpr int kQPanelBytes = kRowsPerWarpgroup * 128;  // 8 KiB
 constexpr int kKvPanelBytes = kBlockKeys * 128;        // 16 KiB
 constexpr int kKvTileBytes = 2 * kKvPanelBytes;        // one operand of one block: 32 KiB
-constexpr uint32_t kStageTxBytes = 2 * kKvTileBytes;   // K and V of one block
+constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one block
 
 // Register budgets (setmaxnreg): the producer warpgroup only issues TMA, the consumers hold the
 // 64x128 fp32 S and O accumulators (64 + 64 registers per thread) plus P in 16-bit.
@@ -36,8 +39,10 @@ struct SharedStorage {
   alignas(1024) uint8_t k[kNumStages][kKvTileBytes];
   // The planning sort buffer lives in V's stages: they are untouched until planning is over.
   alignas(1024) uint8_t v[kNumStages][kKvTileBytes];
-  alignas(8) uint64_t full_barrier[kNumStages];   // TMA bytes landed
-  alignas(8) uint64_t empty_barrier[kNumStages];  // all consumer threads done with the stage
+  alignas(8) uint64_t k_full[kNumStages];   // TMA bytes of K landed
+  alignas(8) uint64_t k_empty[kNumStages];  // all consumer threads done with K of the stage
+  alignas(8) uint64_t v_full[kNumStages];
+  alignas(8) uint64_t v_empty[kNumStages];
   int32_t union_blocks[kMaxCandidates];  // ascending distinct block ids the tile reads
   int32_t union_coords[kMaxCandidates];  // TMA coordinate: flat token row, or page id
   uint32_t token_masks[kMaxCandidates][kMaskWords];  // bit t: tile token t selected the block

@@ -57,16 +57,25 @@ __device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t b, Acc
   Atom::fma(a[0], a[1], a[2], a[3], b, d[I]..., gmma::ScaleOut::One);
 }
 
+// Pins registers that an in-flight wgmma reads or writes: without it the compiler may move
+// accesses across the asynchronous instruction or reuse the registers of a dead-looking operand.
 __device__ __forceinline__ void fence_accumulator(Accumulator& d) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) cute::warpgroup_fence_operand(d[i]);
 }
 
+__device__ __forceinline__ void fence_fragment(uint32_t (&a)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) cute::warpgroup_fence_operand(a[i]);
+}
+
 // S = Q K^T over head_dim 128. q_smem: two 8 KiB panels (64 rows x 64 dims); k_smem: two
 // 16 KiB panels (128 keys x 64 dims). Stepping 16 dims = 32 bytes inside a swizzled row is
 // done on the start address; the hardware applies the swizzle to the final address.
+// Both products are issued asynchronously as one wgmma commit group each; the caller waits with
+// cute::warpgroup_wait<N>() (groups complete in issue order) and then fences the accumulator.
 template <typename Element>
-__device__ __forceinline__ void compute_scores(uint32_t q_smem, uint32_t k_smem, Accumulator& s) {
+__device__ __forceinline__ void issue_scores(uint32_t q_smem, uint32_t k_smem, Accumulator& s) {
   fence_accumulator(s);
   cute::warpgroup_arrive();
 #pragma unroll
@@ -78,15 +87,13 @@ __device__ __forceinline__ void compute_scores(uint32_t q_smem, uint32_t k_smem,
         step == 0 ? gmma::ScaleOut::Zero : gmma::ScaleOut::One, std::make_index_sequence<64>{});
   }
   cute::warpgroup_commit_batch();
-  cute::warpgroup_wait<0>();
-  fence_accumulator(s);
 }
 
 // O += P V. p holds the probabilities of 16 keys per step in the A-fragment order, which is the
 // accumulator order of S (so no shuffles are needed). V's step of 16 keys is 2 swizzle atoms.
 template <typename Element>
-__device__ __forceinline__ void accumulate_values(const uint32_t (&p)[32], uint32_t v_smem,
-                                                  Accumulator& o) {
+__device__ __forceinline__ void issue_values(const uint32_t (&p)[32], uint32_t v_smem,
+                                             Accumulator& o) {
   fence_accumulator(o);
   cute::warpgroup_arrive();
 #pragma unroll
@@ -97,8 +104,6 @@ __device__ __forceinline__ void accumulate_values(const uint32_t (&p)[32], uint3
         std::make_index_sequence<64>{});
   }
   cute::warpgroup_commit_batch();
-  cute::warpgroup_wait<0>();
-  fence_accumulator(o);
 }
 
 }  // namespace flashmsa::sm90

@@ -26,8 +26,10 @@ __global__ void __launch_bounds__(kNumThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < kNumStages; ++stage) {
-      mbarrier_init(&smem.full_barrier[stage], 1);  // the producer's arrive + TMA bytes
-      mbarrier_init(&smem.empty_barrier[stage], 128 * kNumConsumerWarpgroups);
+      mbarrier_init(&smem.k_full[stage], 1);  // the producer's arrive + TMA bytes
+      mbarrier_init(&smem.v_full[stage], 1);
+      mbarrier_init(&smem.k_empty[stage], 128 * kNumConsumerWarpgroups);
+      mbarrier_init(&smem.v_empty[stage], 128 * kNumConsumerWarpgroups);
     }
     fence_barrier_init();
   }

@@ -33,16 +33,20 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
   }
 }
 
+// K of block u is issued before V of block u - 1: the consumers need K one pipeline step before V.
 __device__ inline void produce(const PrefillParams& p, SharedStorage& smem, const TilePlan& plan,
-                        int kv_head) {
-  for (int u = 0; u < plan.union_size; ++u) {
+                               int kv_head) {
+  auto load = [&](uint64_t* full, uint64_t* empty, uint8_t (*ring)[kKvTileBytes],
+                  const CUtensorMap* map, int u) {
     const int stage = u % kNumStages;
-    const uint32_t phase = (u / kNumStages) & 1;
-    mbarrier_wait(&smem.empty_barrier[stage], phase ^ 1);
-    mbarrier_arrive_expect_tx(&smem.full_barrier[stage], kStageTxBytes);
+    mbarrier_wait(&empty[stage], ((u / kNumStages) & 1) ^ 1);
+    mbarrier_arrive_expect_tx(&full[stage], kStageTxBytes);
     const int32_t coord = smem.union_coords[u];  // flat: token row; paged: page
-    load_block(&p.tma_k, &smem.full_barrier[stage], smem.k[stage], p.is_paged, coord, kv_head);
-    load_block(&p.tma_v, &smem.full_barrier[stage], smem.v[stage], p.is_paged, coord, kv_head);
+    load_block(map, &full[stage], ring[stage], p.is_paged, coord, kv_head);
+  };
+  for (int u = 0; u <= plan.union_size; ++u) {
+    if (u < plan.union_size) load(smem.k_full, smem.k_empty, smem.k, &p.tma_k, u);
+    if (u > 0) load(smem.v_full, smem.v_empty, smem.v, &p.tma_v, u - 1);
   }
 }
 

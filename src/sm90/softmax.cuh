@@ -39,11 +39,14 @@ struct OnlineSoftmax {
     }
   }
 
-  // Scales s, masks columns >= visible[h] of row h to -inf, turns s into probabilities packed in
-  // 16-bit for the P.V wgmma, and rescales o by the change of the running max.
+  // Scales s, masks columns >= visible[h] of row h to -inf and turns s into probabilities
+  // packed in 16-bit for the P.V wgmma. Returns in `correction` the factor by which O must be
+  // rescaled for the change of the running max; the caller applies it (rescale) once no P.V
+  // wgmma that accumulates into O is in flight.
   template <typename Element>
   __device__ __forceinline__ void update(Accumulator& s, const int (&visible)[2], float scale_log2,
-                                         float temperature, Accumulator& o, uint32_t (&p)[32]) {
+                                         float temperature, uint32_t (&p)[32],
+                                         float (&correction)[2]) {
     const int column_base = 2 * (threadIdx.x % 4);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -59,7 +62,7 @@ struct OnlineSoftmax {
       }
       const float new_max = fmaxf(row_max[h], max_over_row_quad(block_max));
       const float offset = new_max == -INFINITY ? 0.f : new_max;
-      const float correction = exp2f(row_max[h] - offset);
+      correction[h] = exp2f(row_max[h] - offset);
       float sum = 0.f, sum_t = 0.f;
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
@@ -70,10 +73,8 @@ struct OnlineSoftmax {
           x = exp2f(x - offset);
           sum += x;
         }
-        o[4 * j + 2 * h] *= correction;
-        o[4 * j + 2 * h + 1] *= correction;
       }
-      row_sum[h] = row_sum[h] * correction + sum;
+      row_sum[h] = row_sum[h] * correction[h] + sum;
       if constexpr (kTemperatureLse) {
         row_sum_t[h] = row_sum_t[h] * exp2f(temperature * (row_max[h] - offset)) + sum_t;
       }
@@ -81,6 +82,17 @@ struct OnlineSoftmax {
     }
 #pragma unroll
     for (int i = 0; i < 32; ++i) p[i] = MmaAtoms<Element>::pack(s[2 * i], s[2 * i + 1]);
+  }
+
+  __device__ __forceinline__ static void rescale(Accumulator& o, const float (&correction)[2]) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        o[4 * j + 2 * h] *= correction[h];
+        o[4 * j + 2 * h + 1] *= correction[h];
+      }
+    }
   }
 
   // Completes the row sums across the quad; returns natural-log LSEs (-inf for empty rows).
