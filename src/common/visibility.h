@@ -54,7 +54,10 @@ FLASHMSA_HOST_DEVICE int64_t num_blocks(int64_t seqlen_k) {
 FLASHMSA_HOST_DEVICE int64_t first_query_position(int q_offset_mode, int64_t q_offset_value,
                                                   const int32_t* q_offset_per_request, int64_t b,
                                                   int64_t seqlen_q, int64_t seqlen_k) {
-  if (q_offset_mode == 1) return q_offset_value;
+  // A scalar offset comes from a Python int: keep it far from int64 overflow when positions of
+  // later rows are added to it (any |offset| beyond 2^62 already means "all" or "nothing").
+  constexpr int64_t kPositionBound = int64_t{1} << 62;
+  if (q_offset_mode == 1) return clamp_i64(q_offset_value, -kPositionBound, kPositionBound);
   if (q_offset_mode == 2) return q_offset_per_request[b];
   return seqlen_k - seqlen_q;
 }
@@ -63,8 +66,7 @@ FLASHMSA_HOST_DEVICE int64_t first_query_position(int q_offset_mode, int64_t q_o
 // A result <= 0 means the query reads nothing.
 FLASHMSA_HOST_DEVICE int64_t key_limit(bool causal, int64_t pos, int64_t seqlen_k) {
   if (!causal) return seqlen_k;
-  int64_t limit = pos + 1;
-  return limit < seqlen_k ? limit : seqlen_k;
+  return pos < seqlen_k ? pos + 1 : seqlen_k;  // no pos + 1 overflow for huge positions
 }
 
 // Whether block id `block` (already past the first-negative cut) selects anything for a query

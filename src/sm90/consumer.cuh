@@ -112,34 +112,11 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
 
-  // Software pipeline (as in FlashAttention-3): the P.V product of the block held from the
-  // previous step runs while S = Q K^T of the next block is computed and softmaxed. K of a block
-  // is released once its scores are done, V after its P.V. A block kNumStages or more past the
-  // held one would sit in the held block's V stage, so the held block is finished first.
-  int held = -1;        // union index whose P.V is pending, -1 when none
-  uint32_t held_p[32];  // its probabilities
-  auto issue_held_values = [&]() {
-    const int stage = held % kNumStages;
-    mbarrier_wait(&smem.v_full[stage], (held / kNumStages) & 1);
-    const int block_first_key = smem.union_blocks[held] * kBlockKeys;
-    if (plan.seqlen_k - block_first_key < kBlockKeys) {
-      zero_value_tail(smem.v[stage], plan.seqlen_k - block_first_key, warpgroup);
-    }
-    issue_values<Element>(held_p, smem_address(smem.v[stage]), o);
-  };
-  auto release_held = [&]() {
-    fence_accumulator(o);
-    fence_fragment(held_p);
-    mbarrier_arrive(&smem.v_empty[held % kNumStages]);
-    held = -1;
-  };
-
+  // One block at a time: S = Q K^T, release K, softmax, O += P V, release V. (Overlapping the
+  // next block's Q K^T with this block's P V, as FlashAttention-3 does, measured slower here:
+  // this loop is bound by L2 -> shared memory traffic, and holding V a step longer starves the
+  // producer; see docs/performance.md.)
   for (int u = 0; u < plan.union_size; ++u) {
-    if (held >= 0 && u - held >= kNumStages) {
-      issue_held_values();
-      cute::warpgroup_wait<0>();
-      release_held();
-    }
     const int stage = u % kNumStages;
     const uint32_t phase = (u / kNumStages) & 1;
     const uint32_t* selected_by = smem.token_masks[u];
@@ -156,12 +133,7 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
     }
     Accumulator s;
     issue_scores<Element>(smem_address(q_smem), smem_address(smem.k[stage]), s);
-    if (held >= 0) {
-      issue_held_values();
-      cute::warpgroup_wait<1>();
-    } else {
-      cute::warpgroup_wait<0>();
-    }
+    cute::warpgroup_wait<0>();
     fence_accumulator(s);
     mbarrier_arrive(&smem.k_empty[stage]);
 
@@ -177,19 +149,17 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
     float correction[2];
     softmax.template update<Element>(s, visible, p.scale_log2, p.lse_temperature, probabilities,
                                      correction);
-    if (held >= 0) {
-      cute::warpgroup_wait<0>();
-      release_held();
-    }
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) held_p[i] = probabilities[i];
-    held = u;
-  }
-  if (held >= 0) {
-    issue_held_values();
+
+    mbarrier_wait(&smem.v_full[stage], phase);
+    if (plan.seqlen_k - block_first_key < kBlockKeys) {
+      zero_value_tail(smem.v[stage], plan.seqlen_k - block_first_key, warpgroup);
+    }
+    issue_values<Element>(probabilities, smem_address(smem.v[stage]), o);
     cute::warpgroup_wait<0>();
-    release_held();
+    fence_accumulator(o);
+    fence_fragment(probabilities);
+    mbarrier_arrive(&smem.v_empty[stage]);
   }
 
   // Epilogue. Rows that read nothing have sum 0: out = 0 exactly, lse = -inf.
