@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-gpu -DFLASHMSA_BUILD_TESTS=OFF -DFLASHMSA_PTXAS_VERBOSE=ON \
-  -DCMAKE_BUILD_TYPE=Release > build-gpu.configure.log
+  -DCMAKE_BUILD_TYPE=Release > /tmp/flashmsa-build-gpu.configure.log
 cmake --build build-gpu -j2 2>&1 | tee build-gpu/build.log | grep -E "error|registers|spill" || true
 if grep -q "bytes spill stores, [1-9]" build-gpu/build.log || grep -qE "[1-9][0-9]* bytes spill" build-gpu/build.log; then
   echo "WARNING: ptxas reports spills" >&2

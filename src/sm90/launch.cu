@@ -200,10 +200,11 @@ void run_sm90(const flashmsa_args& args) {
   if (args.total_q == 0 || args.batch_size == 0) return;
 
   const sm90::PrefillParams params = make_prefill_params(args);
-  // Tiles never straddle requests, so there are at most ceil(total_q / T) + B of them; CTAs past
-  // the real count (known only on the device) exit after planning.
+  // Tiles never straddle requests, so there are at most ceil(total_q / T) + B of them, plus two
+  // for rows outside every request (they get zeros); CTAs past the real count (known only on
+  // the device) exit after planning.
   const int64_t max_tiles =
-      (args.total_q + params.tokens_per_tile - 1) / params.tokens_per_tile + args.batch_size;
+      (args.total_q + params.tokens_per_tile - 1) / params.tokens_per_tile + args.batch_size + 2;
   const int64_t columns = args.num_kv_heads * params.num_head_chunks;
   if (max_tiles > INT32_MAX || columns > 65535) {
     fail_not_supported("problem too large for one launch: " + std::to_string(max_tiles) +

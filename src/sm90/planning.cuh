@@ -73,7 +73,31 @@ __device__ inline void locate_tile(const PrefillParams& p, SharedStorage& smem, 
     }
     remaining -= chunk_total;
   }
-  if (lane == 0) smem.batch_index = -1;
+  // Past the requests' tiles: rows outside every request ([0, cu_seqlens_q[0]) and
+  // [cu_seqlens_q[B], total_q)) read no key, so they get tiles that write out = 0, lse = -inf.
+  if (lane != 0) return;
+  smem.batch_index = -1;
+  const int64_t head_end = clamp_i64(p.cu_seqlens_q[0], 0, p.total_q);
+  const int64_t tail_begin = clamp_i64(p.cu_seqlens_q[p.batch_size], head_end, p.total_q);
+  const int64_t head_tiles = (head_end + p.tokens_per_tile - 1) / p.tokens_per_tile;
+  const int64_t tail_tiles = (p.total_q - tail_begin + p.tokens_per_tile - 1) / p.tokens_per_tile;
+  int64_t first_row, range_end;
+  if (remaining < head_tiles) {
+    first_row = remaining * p.tokens_per_tile;
+    range_end = head_end;
+  } else if (remaining - head_tiles < tail_tiles) {
+    first_row = tail_begin + (remaining - head_tiles) * p.tokens_per_tile;
+    range_end = p.total_q;
+  } else {
+    return;
+  }
+  smem.batch_index = 0;  // any request: with no visible key nothing of it is read
+  smem.tile_first_row = static_cast<int32_t>(first_row);
+  smem.tile_num_tokens =
+      static_cast<int32_t>(min(static_cast<int64_t>(p.tokens_per_tile), range_end - first_row));
+  smem.request_seqlen_k = 0;
+  smem.request_first_key_row = 0;
+  for (int t = 0; t < p.tokens_per_tile; ++t) smem.token_key_limit[t] = 0;
 }
 
 // The block a (token, k) entry of the index list selects, or -1 when it selects nothing.
