@@ -96,6 +96,42 @@ def time_call(args, reps=20):
     return times[len(times) // 2] * 1e-3
 
 
+def decode_case(batch, tokens, kv_len, pattern="random", seed=0):
+    """MiniMax-M3 decode: paged cache, `tokens` query tokens per request, causal."""
+    return make_case(batch, 64, 4, 16, [tokens] * batch, [kv_len] * batch, True, pattern=pattern,
+                     paged=True, seed=seed)
+
+
+def kv_bytes(q2k, cu_q, num_kv_heads):
+    """Distinct selected blocks' K and V bytes per (request, KV head), contract section 10."""
+    total = 0
+    for b in range(cu_q.numel() - 1):
+        ids = q2k[:, cu_q[b]:cu_q[b + 1]].reshape(num_kv_heads, -1)
+        for h in range(num_kv_heads):
+            total += torch.unique(ids[h][ids[h] >= 0]).numel()
+    return total * 2 * 128 * HEAD_DIM * 2
+
+
+def time_graph(args, reps=50):
+    flashmsa.msa_sparse_attention(**args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(10):
+            flashmsa.msa_sparse_attention(**args)
+    for _ in range(3):
+        graph.replay()
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        start[i].record()
+        graph.replay()
+        end[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(start, end))
+    return times[len(times) // 2] * 1e-3 / 10
+
+
 def main():
     print(torch.cuda.get_device_name(), flush=True)
     check("b2 hq8 hkv2 topk16 flat noncausal", make_case(2, 8, 2, 16, [100, 37], [2048, 700], False))
@@ -111,6 +147,18 @@ def main():
         check(f"M3 S4096 {pattern}",
               make_case(1, 64, 4, 16, [4096], [4096], True, pattern=pattern),
               rows=torch.randperm(4096, device="cuda")[:256])
+    for batch, tokens, kv_len in ((1, 1, 32768), (3, 2, 1000), (64, 1, 5000), (128, 8, 300),
+                                  (1, 8, 32768), (16, 1, 32768)):
+        args = decode_case(batch, tokens, kv_len)
+        rows = None if batch * tokens <= 256 else torch.randperm(batch * tokens, device="cuda")[:256]
+        check(f"decode b{batch} t{tokens} kv{kv_len}", args, rows=rows)
+    for batch, tokens, kv_len in ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768),
+                                  (64, 1, 131072), (32, 8, 32768)):
+        args = decode_case(batch, tokens, kv_len)
+        seconds = time_graph(args)
+        gbytes = kv_bytes(args["q2k_indices"], args["cu_seqlens_q"], 4)
+        print(f"decode b{batch:3d} t{tokens} kv{kv_len:6d} {seconds * 1e6:9.1f} us "
+              f"{gbytes / seconds / 1e12:6.2f} TB/s", flush=True)
     for s in (8192, 32768):
         for pattern in ("random", "clustered", "indexer"):
             args = make_case(1, 64, 4, 16, [s], [s], True, pattern=pattern)

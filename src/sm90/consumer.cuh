@@ -116,9 +116,9 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
   // next block's Q K^T with this block's P V, as FlashAttention-3 does, measured slower here:
   // this loop is bound by L2 -> shared memory traffic, and holding V a step longer starves the
   // producer; see docs/performance.md.)
-  for (int u = 0; u < plan.union_size; ++u) {
-    const int stage = u % kNumStages;
-    const uint32_t phase = (u / kNumStages) & 1;
+  for (int u = plan.slice_begin; u < plan.slice_end; ++u) {
+    const int stage = (u - plan.slice_begin) % kNumStages;
+    const uint32_t phase = ((u - plan.slice_begin) / kNumStages) & 1;
     const uint32_t* selected_by = smem.token_masks[u];
     bool needed = false;
 #pragma unroll
@@ -162,7 +162,8 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
     mbarrier_arrive(&smem.v_empty[stage]);
   }
 
-  // Epilogue. Rows that read nothing have sum 0: out = 0 exactly, lse = -inf.
+  // Epilogue. Rows that read nothing have sum 0: out = 0 exactly, lse = -inf. With a KV split
+  // each CTA writes its normalised partial output and LSEs in fp32; merge.cu combines them.
   float lse[2], lse_t[2], sum[2];
   softmax.finish(lse, lse_t, sum, p.lse_temperature);
 #pragma unroll
@@ -171,6 +172,20 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
     const int64_t token = plan.first_row + rows[h].tile_token;
     const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + rows[h].head;
     const float scale = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
+    if (p.num_splits > 1) {
+      const int64_t partial_row = (blockIdx.z * p.total_q + token) * p.num_qo_heads + head;
+      float* out = p.partial_out + partial_row * kHeadDim + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        *reinterpret_cast<float2*>(out + 8 * j) =
+            make_float2(o[4 * j + 2 * h] * scale, o[4 * j + 2 * h + 1] * scale);
+      }
+      if (lane % 4 == 0) {
+        p.partial_lse[partial_row] = lse[h];
+        if (kTemperatureLse) p.partial_lse_t[partial_row] = lse_t[h];
+      }
+      continue;
+    }
     Element* out = static_cast<Element*>(p.out) + token * p.out_stride_token +
                    head * p.out_stride_head + 2 * (lane % 4);
 #pragma unroll

@@ -15,6 +15,7 @@
 #include "api/backends.h"
 #include "common/error.h"
 #include "sm90/kernel_traits.h"
+#include "sm90/merge.h"
 #include "sm90/params.h"
 #include "sm90/prefill_launch.h"
 
@@ -56,7 +57,7 @@ void require_hopper(int device) {
 }
 
 // TMA needs 16-byte aligned bases and strides; the vectorised q loads and out stores need the
-// same of q (16 bytes) and out (4 bytes: pairs of 16-bit values).
+// same of q and out.
 void require_aligned(const char* name, const void* pointer, std::initializer_list<int64_t> strides,
                      int element_bytes, int alignment) {
   bool aligned = reinterpret_cast<uintptr_t>(pointer) % alignment == 0;
@@ -117,7 +118,74 @@ CUtensorMap make_kv_tensor_map(const char* name, const void* base, const flashms
   return map;
 }
 
-sm90::PrefillParams make_prefill_params(const flashmsa_args& args) {
+// How rows are tiled and whether a tile's blocks are split across CTAs: from shapes only, so
+// that the workspace size and the grid of a call never depend on device data.
+struct TileConfig {
+  int32_t heads_per_chunk, num_head_chunks, tokens_per_warpgroup, tokens_per_tile;
+  int64_t max_tiles;   // grid.x
+  int32_t num_splits;  // grid.z
+};
+
+constexpr int kMaxSplits = 64;
+
+int multiprocessor_count(int device) {
+  int count = 0;
+  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute");
+  return count;
+}
+
+TileConfig tile_config(const flashmsa_args& args) {
+  TileConfig c;
+  const int32_t group_size = static_cast<int32_t>(args.num_qo_heads / args.num_kv_heads);
+  const int32_t topk = static_cast<int32_t>(args.topk);
+  // Rows of a warpgroup: whole tokens' head groups (or 64-head chunks of a wider group), and
+  // few enough tokens that a tile's tokens x topk candidates fit the planning buffers.
+  c.heads_per_chunk = std::min(group_size, sm90::kRowsPerWarpgroup);
+  c.num_head_chunks = (group_size + c.heads_per_chunk - 1) / c.heads_per_chunk;
+  c.tokens_per_warpgroup =
+      std::min(sm90::kRowsPerWarpgroup / c.heads_per_chunk,
+               sm90::kMaxCandidates / (sm90::kNumConsumerWarpgroups * topk));
+  c.tokens_per_tile = sm90::kNumConsumerWarpgroups * c.tokens_per_warpgroup;
+  // Tiles never straddle requests, so there are at most ceil(total_q / T) + B of them, plus two
+  // for rows outside every request (they get zeros); CTAs past the real count (known only on
+  // the device) exit after planning.
+  const int64_t query_tiles = (args.total_q + c.tokens_per_tile - 1) / c.tokens_per_tile;
+  c.max_tiles = query_tiles + args.batch_size + 2;
+  // Decode: too few (tile, head) units to fill the machine. Split each tile's blocks over
+  // num_splits CTAs (at least one block each) and merge the partials; skip it when the grid is
+  // already (nearly) full. Each tile holds at least one token, hence the min with total_q.
+  const int64_t units = std::min(query_tiles + args.batch_size, args.total_q) *
+                        args.num_kv_heads * c.num_head_chunks;
+  const int64_t sms = multiprocessor_count(args.device_index);
+  const int64_t tokens_per_request = std::max<int64_t>(1, args.total_q / args.batch_size);
+  const int64_t max_union = std::min<int64_t>(c.tokens_per_tile, tokens_per_request) * topk;
+  c.num_splits = 1;
+  if (units > 0 && units * 10 < sms * 9) {
+    c.num_splits = static_cast<int32_t>(
+        std::clamp<int64_t>(sms / units, 1, std::min<int64_t>(max_union, kMaxSplits)));
+  }
+  return c;
+}
+
+// Workspace: the split partials, each region 256-byte aligned.
+struct WorkspaceLayout {
+  size_t partial_out = 0, partial_lse = 0, partial_lse_t = 0, bytes = 0;
+};
+
+WorkspaceLayout workspace_layout(const flashmsa_args& args, const TileConfig& tiles) {
+  WorkspaceLayout layout;
+  if (tiles.num_splits <= 1) return layout;
+  auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t rows = static_cast<size_t>(tiles.num_splits) * args.total_q * args.num_qo_heads;
+  layout.partial_out = 0;
+  layout.partial_lse = align(rows * sm90::kHeadDim * sizeof(float));
+  layout.partial_lse_t = layout.partial_lse + align(rows * sizeof(float));
+  layout.bytes = layout.partial_lse_t + align(rows * sizeof(float));
+  return layout;
+}
+
+sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileConfig& tiles) {
   sm90::PrefillParams p;
   std::memset(&p, 0, sizeof(p));
   p.tma_k = make_kv_tensor_map("k", args.k, args, args.k_stride_page, args.k_stride_head,
@@ -161,14 +229,11 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args) {
   p.q_offset_mode = args.q_offset_mode;
   p.q_offset_value = args.q_offset_value;
 
-  // Rows of a warpgroup: whole tokens' head groups (or 64-head chunks of a wider group), and
-  // few enough tokens that a tile's tokens x topk candidates fit the planning buffers.
-  p.heads_per_chunk = std::min(p.group_size, sm90::kRowsPerWarpgroup);
-  p.num_head_chunks = (p.group_size + p.heads_per_chunk - 1) / p.heads_per_chunk;
-  p.tokens_per_warpgroup =
-      std::min(sm90::kRowsPerWarpgroup / p.heads_per_chunk,
-               sm90::kMaxCandidates / (sm90::kNumConsumerWarpgroups * p.topk));
-  p.tokens_per_tile = sm90::kNumConsumerWarpgroups * p.tokens_per_warpgroup;
+  p.heads_per_chunk = tiles.heads_per_chunk;
+  p.num_head_chunks = tiles.num_head_chunks;
+  p.tokens_per_warpgroup = tiles.tokens_per_warpgroup;
+  p.tokens_per_tile = tiles.tokens_per_tile;
+  p.num_splits = tiles.num_splits;
 
   constexpr double kLog2e = 1.4426950408889634;
   p.scale_log2 = static_cast<float>(static_cast<double>(args.softmax_scale) *
@@ -182,7 +247,11 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args) {
 
 bool sm90_compiled() { return true; }
 
-size_t sm90_workspace_bytes(const flashmsa_args&) { return 0; }
+size_t sm90_workspace_bytes(const flashmsa_args& args) {
+  if (args.total_q == 0 || args.batch_size == 0) return 0;
+  DeviceScope device_scope(args.device_index);
+  return workspace_layout(args, tile_config(args)).bytes;
+}
 
 void run_sm90(const flashmsa_args& args) {
   if (args.kv_dtype != args.q_dtype) {
@@ -192,32 +261,62 @@ void run_sm90(const flashmsa_args& args) {
   DeviceScope device_scope(args.device_index);
   require_hopper(args.device_index);
   require_aligned("q", args.q, {args.q_stride_token, args.q_stride_head}, 2, 16);
-  require_aligned("out", args.out, {args.out_stride_token, args.out_stride_head}, 2, 4);
+  require_aligned("out", args.out, {args.out_stride_token, args.out_stride_head}, 2, 16);
   const int64_t kv_page_stride_k = args.is_paged ? args.k_stride_page : 0;
   const int64_t kv_page_stride_v = args.is_paged ? args.v_stride_page : 0;
   require_aligned("k", args.k, {kv_page_stride_k, args.k_stride_head, args.k_stride_token}, 2, 16);
   require_aligned("v", args.v, {kv_page_stride_v, args.v_stride_head, args.v_stride_token}, 2, 16);
   if (args.total_q == 0 || args.batch_size == 0) return;
 
-  const sm90::PrefillParams params = make_prefill_params(args);
-  // Tiles never straddle requests, so there are at most ceil(total_q / T) + B of them, plus two
-  // for rows outside every request (they get zeros); CTAs past the real count (known only on
-  // the device) exit after planning.
-  const int64_t max_tiles =
-      (args.total_q + params.tokens_per_tile - 1) / params.tokens_per_tile + args.batch_size + 2;
+  const TileConfig tiles = tile_config(args);
+  sm90::PrefillParams params = make_prefill_params(args, tiles);
+  const WorkspaceLayout layout = workspace_layout(args, tiles);
+  if (layout.bytes > args.workspace_bytes) {
+    fail_invalid("workspace_bytes: this call needs " + std::to_string(layout.bytes) +
+                 " bytes of workspace (flashmsa_workspace_bytes), got " +
+                 std::to_string(args.workspace_bytes));
+  }
+  uint8_t* workspace = static_cast<uint8_t*>(args.workspace);
+  if (tiles.num_splits > 1) {
+    params.partial_out = reinterpret_cast<float*>(workspace + layout.partial_out);
+    params.partial_lse = reinterpret_cast<float*>(workspace + layout.partial_lse);
+    params.partial_lse_t = reinterpret_cast<float*>(workspace + layout.partial_lse_t);
+  }
   const int64_t columns = args.num_kv_heads * params.num_head_chunks;
-  if (max_tiles > INT32_MAX || columns > 65535) {
-    fail_not_supported("problem too large for one launch: " + std::to_string(max_tiles) +
+  if (tiles.max_tiles > INT32_MAX || columns > 65535) {
+    fail_not_supported("problem too large for one launch: " + std::to_string(tiles.max_tiles) +
                        " query tiles x " + std::to_string(columns) + " head columns");
   }
-  const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>(columns));
+  const dim3 grid(static_cast<unsigned>(tiles.max_tiles), static_cast<unsigned>(columns),
+                  static_cast<unsigned>(tiles.num_splits));
   const bool temperature_lse = args.lse_t != nullptr;
   cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
-  const cudaError_t status =
-      args.q_dtype == FLASHMSA_DTYPE_BF16
-          ? sm90::launch_prefill<__nv_bfloat16>(params, grid, temperature_lse, stream)
-          : sm90::launch_prefill<__half>(params, grid, temperature_lse, stream);
+  const bool bf16 = args.q_dtype == FLASHMSA_DTYPE_BF16;
+  cudaError_t status =
+      bf16 ? sm90::launch_prefill<__nv_bfloat16>(params, grid, temperature_lse, stream)
+           : sm90::launch_prefill<__half>(params, grid, temperature_lse, stream);
   check_cuda(status, "launching the sm90 prefill kernel");
+  if (tiles.num_splits == 1) return;
+
+  sm90::MergeParams merge;
+  merge.partial_out = params.partial_out;
+  merge.partial_lse = params.partial_lse;
+  merge.partial_lse_t = params.partial_lse_t;
+  merge.out = args.out;
+  merge.out_stride_token = args.out_stride_token;
+  merge.out_stride_head = args.out_stride_head;
+  merge.lse = args.lse;
+  merge.lse_stride_token = args.lse_stride_token;
+  merge.lse_stride_head = args.lse_stride_head;
+  merge.lse_t = args.lse_t;
+  merge.lse_t_stride_token = args.lse_t_stride_token;
+  merge.lse_t_stride_head = args.lse_t_stride_head;
+  merge.total_q = args.total_q;
+  merge.num_qo_heads = static_cast<int32_t>(args.num_qo_heads);
+  merge.num_splits = tiles.num_splits;
+  status = bf16 ? sm90::launch_merge<__nv_bfloat16>(merge, stream)
+                : sm90::launch_merge<__half>(merge, stream);
+  check_cuda(status, "launching the sm90 split merge kernel");
 }
 
 }  // namespace flashmsa

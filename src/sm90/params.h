@@ -41,6 +41,14 @@ struct PrefillParams {
   // ceil(G / 64) head chunks, each its own CTA column.
   int32_t heads_per_chunk, num_head_chunks, tokens_per_warpgroup, tokens_per_tile;
 
+  // KV split (decode): grid.z = num_splits CTAs share each tile's union of blocks and write
+  // fp32 partials, (num_splits, total_q, Hq, 128) and (num_splits, total_q, Hq), to the
+  // workspace; merge.cu reduces them. num_splits == 1 writes out directly.
+  int32_t num_splits;
+  float* partial_out;
+  float* partial_lse;
+  float* partial_lse_t;
+
   float scale_log2;        // softmax_scale * k_global_scale * log2(e)
   float v_global_scale;
   float lse_temperature;   // T

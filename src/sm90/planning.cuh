@@ -22,6 +22,10 @@ struct TilePlan {
   int32_t num_tokens;       // tokens of the tile that exist
   int32_t seqlen_k;
   int32_t union_size;
+  // This CTA's share of the union, [slice_begin, slice_end): all of it without a KV split;
+  // with one (decode), split s of S takes union entries [U * s / S, U * (s + 1) / S).
+  int32_t slice_begin;
+  int32_t slice_end;
 };
 
 __device__ __forceinline__ int64_t request_query_tiles(const PrefillParams& p, int64_t b) {
@@ -141,7 +145,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, SharedStorage& smem
   const int tid = threadIdx.x;
   if (tid < 32) locate_tile(p, smem, tile_index);
   __syncthreads();
-  if (smem.batch_index < 0) return TilePlan{-1, 0, 0, 0, 0};
+  if (smem.batch_index < 0) return TilePlan{-1, 0, 0, 0, 0, 0, 0};
   const int tokens = p.tokens_per_tile, topk = p.topk;
   const int num_entries = tokens * topk;
   for (int t = tid; t < tokens; t += kNumThreads) smem.token_first_negative[t] = topk;
@@ -225,8 +229,13 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, SharedStorage& smem
     atomicOr(&smem.token_masks[lo][token / 32], 1u << (token % 32));
   }
   __syncthreads();
+  const int split = blockIdx.z;
+  const int32_t slice_begin =
+      static_cast<int32_t>(static_cast<int64_t>(union_size) * split / p.num_splits);
+  const int32_t slice_end =
+      static_cast<int32_t>(static_cast<int64_t>(union_size) * (split + 1) / p.num_splits);
   return TilePlan{smem.batch_index, smem.tile_first_row, smem.tile_num_tokens,
-                  smem.request_seqlen_k, union_size};
+                  smem.request_seqlen_k, union_size, slice_begin, slice_end};
 }
 
 }  // namespace flashmsa::sm90

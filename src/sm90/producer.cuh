@@ -36,17 +36,19 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
 // K of block u is issued before V of block u - 1: the consumers need K one pipeline step before V.
 __device__ inline void produce(const PrefillParams& p, SharedStorage& smem, const TilePlan& plan,
                                int kv_head) {
+  // Step i of the slice loads union entry slice_begin + i into stage i % kNumStages.
   auto load = [&](uint64_t* full, uint64_t* empty, uint8_t (*ring)[kKvTileBytes],
-                  const CUtensorMap* map, int u) {
-    const int stage = u % kNumStages;
-    mbarrier_wait(&empty[stage], ((u / kNumStages) & 1) ^ 1);
+                  const CUtensorMap* map, int i) {
+    const int stage = i % kNumStages;
+    mbarrier_wait(&empty[stage], ((i / kNumStages) & 1) ^ 1);
     mbarrier_arrive_expect_tx(&full[stage], kStageTxBytes);
-    const int32_t coord = smem.union_coords[u];  // flat: token row; paged: page
+    const int32_t coord = smem.union_coords[plan.slice_begin + i];  // flat: row; paged: page
     load_block(map, &full[stage], ring[stage], p.is_paged, coord, kv_head);
   };
-  for (int u = 0; u <= plan.union_size; ++u) {
-    if (u < plan.union_size) load(smem.k_full, smem.k_empty, smem.k, &p.tma_k, u);
-    if (u > 0) load(smem.v_full, smem.v_empty, smem.v, &p.tma_v, u - 1);
+  const int steps = plan.slice_end - plan.slice_begin;
+  for (int i = 0; i <= steps; ++i) {
+    if (i < steps) load(smem.k_full, smem.k_empty, smem.k, &p.tma_k, i);
+    if (i > 0) load(smem.v_full, smem.v_empty, smem.v, &p.tma_v, i - 1);
   }
 }
 
