@@ -2,8 +2,8 @@
 
 Written from the contract alone and never calling flashmsa, so that the library's backends are
 checked against something that cannot share their mistakes. It runs on CPU or CUDA tensors (on
-the tensors' own device) and evaluates the query rows in chunks, gathering only the selected
-blocks, so memory stays bounded and long sequences can be checked on a sample of rows.
+the tensors' own device), request by request and in chunks of query rows, so memory stays
+bounded and long sequences can be checked on a sample of rows (query_rows=).
 
     out, lse, lse_t = reference_msa(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, ...)
     check_close(flashmsa_out, out, q.dtype, lse=flashmsa_lse, ref_lse=lse, case="...")
@@ -90,33 +90,27 @@ def dequantize_kv(x, scale_bytes=None, paged=False):
 # The evaluation
 # ---------------------------------------------------------------------------------------------
 
-def _per_request(value, batch_size, device, name):
-    """q_offset as given (int or (B,) tensor) -> int64 (B,) tensor."""
-    if isinstance(value, int):
-        return torch.full((batch_size,), value, dtype=torch.int64, device=device)
-    value = torch.as_tensor(value, device=device).to(torch.int64).reshape(-1)
-    if value.numel() != batch_size:
-        raise ValueError(f"{name} must have {batch_size} entries")
-    return value
-
-
 def reference_msa(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, causal=False,
                   softmax_scale=None, page_table=None, seqused_k=None, k_scale=None,
                   v_scale=None, k_global_scale=None, v_global_scale=None, q_offset=None,
-                  lse_temperature_scale=1.0, *, query_rows=None, compute_dtype=torch.float64,
-                  rows_per_chunk=None):
-    """Contract sections 4-6, evaluated directly. Returns (out, lse, lse_t) in compute_dtype.
+                  lse_temperature_scale=1.0, *, query_rows=None, compute_dtype=torch.float64):
+    """Contract sections 4-6, evaluated directly. Returns float64 (out, lse, lse_t); fp32 for
+    a low-precision compute_dtype.
 
     out is (rows, Hq, D), lse and lse_t are (rows, Hq), where rows are all query rows, or the
-    global row indices given in query_rows (in that order). compute_dtype=float64 is the oracle;
-    passing q's dtype gives the "plain PyTorch evaluation in q's dtype" of section 7 (scores,
-    softmax and P.V all in that dtype), the baseline of its tighter bound.
+    global row indices given in query_rows (in that order). compute_dtype=float64 is the oracle.
+    Passing q's dtype gives the "plain PyTorch evaluation in q's dtype" of section 7, the
+    baseline of its tighter bound: as a GPU matmul in that dtype does, products accumulate in
+    fp32 and the scores, probabilities and output are rounded to q's dtype.
+
+    Each request is evaluated densely against its own keys, with a mask built from the
+    selection rules: simple to audit, and cheap for the lengths tests use. Sequence lengths and
+    offsets are read on the host.
     """
     device = q.device
     paged = page_table is not None
     total_q, num_qo_heads, head_dim = q.shape
     num_kv_heads = q2k_indices.shape[0]
-    topk = q2k_indices.shape[2]
     group_size = num_qo_heads // num_kv_heads
     batch_size = cu_seqlens_q.numel() - 1
 
@@ -124,21 +118,25 @@ def reference_msa(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, causal=
     k_values = dequantize_kv(k, k_scale, paged)
     v_values = dequantize_kv(v, v_scale, paged)
 
-    cu_q = cu_seqlens_q.to(device=device, dtype=torch.int64)
+    cu_q = cu_seqlens_q.tolist()
     if paged:
-        seqlen_k = seqused_k.to(device=device, dtype=torch.int64)
+        seqlen_k = seqused_k.tolist()
         table = page_table.to(device=device, dtype=torch.int64)
-        max_pages = table.shape[1]
-        num_pages = k.shape[0]
     else:
-        cu_k = cu_seqlens_k.to(device=device, dtype=torch.int64)
-        seqlen_k = cu_k[1:] - cu_k[:-1]
-        total_k = k.shape[0]
-    seqlen_q = cu_q[1:] - cu_q[:-1]
+        cu_k = cu_seqlens_k.tolist()
+        seqlen_k = [cu_k[b + 1] - cu_k[b] for b in range(batch_size)]
     if q_offset is None:
-        first_position = seqlen_k - seqlen_q
+        first_position = [seqlen_k[b] - (cu_q[b + 1] - cu_q[b]) for b in range(batch_size)]
+    elif isinstance(q_offset, int):
+        first_position = [q_offset] * batch_size
     else:
-        first_position = _per_request(q_offset, batch_size, device, "q_offset")
+        first_position = torch.as_tensor(q_offset).reshape(-1).tolist()
+
+    # Low-precision evaluations work in fp32 and round where a kernel in that dtype would.
+    work_dtype = torch.float64 if compute_dtype == torch.float64 else torch.float32
+
+    def rounded(x):
+        return x if compute_dtype == work_dtype else x.to(compute_dtype).to(work_dtype)
 
     scale = head_dim ** -0.5 if softmax_scale is None else float(softmax_scale)
     scale *= 1.0 if k_global_scale is None else float(k_global_scale)
@@ -150,80 +148,90 @@ def reference_msa(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, causal=
     else:
         rows_all = torch.as_tensor(query_rows, device=device).to(torch.int64).reshape(-1)
     num_rows = rows_all.numel()
-    out = torch.zeros(num_rows, num_qo_heads, head_dim, dtype=compute_dtype, device=device)
-    lse = torch.full((num_rows, num_qo_heads), -math.inf, dtype=compute_dtype, device=device)
+    out = torch.zeros(num_rows, num_qo_heads, head_dim, dtype=work_dtype, device=device)
+    lse = torch.full((num_rows, num_qo_heads), -math.inf, dtype=work_dtype, device=device)
     lse_t = lse.clone()
-    if num_rows == 0:
-        return out, lse, lse_t
+    request_of_row = torch.searchsorted(
+        torch.tensor(cu_q[1:], device=device), rows_all, right=True)
 
-    # Gathered K and V of a chunk take rows * Hkv * topk * 128 * D * 8 bytes each: keep it
-    # around 128 MiB.
-    if rows_per_chunk is None:
-        rows_per_chunk = max(1, (1 << 27) // (num_kv_heads * topk * BLOCK_SIZE * head_dim * 8))
-    heads = torch.arange(num_kv_heads, device=device).view(-1, 1, 1, 1)
-    in_block = torch.arange(BLOCK_SIZE, device=device)
-
-    for start in range(0, num_rows, rows_per_chunk):
-        rows = rows_all[start:start + rows_per_chunk]
-        request = torch.searchsorted(cu_q[1:], rows, right=True)  # (R,)
-        local = rows - cu_q[request]
-        keys = seqlen_k[request]
-        limit = keys
-        if causal:
-            limit = torch.minimum(keys, first_position[request] + local + 1)
-
-        # Section 4: read left to right, the first negative entry ends the list ...
-        ids = q2k_indices[:, rows, :].to(torch.int64)  # (Hkv, R, topk)
-        valid = torch.cumprod((ids >= 0).to(torch.int64), dim=-1).bool()
-        # ... ids past the request's blocks (or the page table) select nothing ...
-        valid &= ids < ((keys + BLOCK_SIZE - 1) // BLOCK_SIZE).view(1, -1, 1)
+    for b in range(batch_size):
+        slots = (request_of_row == b).nonzero().squeeze(1)  # positions in the output
+        if slots.numel() == 0:
+            continue
+        rows = rows_all[slots]
+        # Blocks that exist for this request: those holding keys < seqlen_k, and on the paged
+        # path only those the page table has a column for.
+        num_blocks = -(-seqlen_k[b] // BLOCK_SIZE)
         if paged:
-            valid &= ids < max_pages
-        # ... and the rest form a set: a repeated id counts once.
-        sentinel = torch.iinfo(torch.int64).max
-        ordered, order = torch.sort(torch.where(valid, ids, sentinel), dim=-1)
-        kept = ordered != sentinel
-        kept[..., 1:] &= ordered[..., 1:] != ordered[..., :-1]
-        valid = torch.zeros_like(valid).scatter_(-1, order, kept)
-        ids = torch.where(valid, ids, 0)
+            num_blocks = min(num_blocks, table.shape[1])
+        if num_blocks <= 0:
+            continue  # no keys: out stays 0 and lse -inf
+        keys, block_ok = _request_keys(k_values, v_values, b, num_blocks, paged,
+                                       table if paged else None, cu_k[b] if not paged else 0)
+        k_request, v_request = (x.to(work_dtype) for x in keys)  # (Hkv, keys, D)
+        num_keys = min(seqlen_k[b], num_blocks * BLOCK_SIZE)
+        k_request, v_request = k_request[:, :num_keys], v_request[:, :num_keys]
+        key_position = torch.arange(num_keys, device=device)
 
-        # Key positions of every selected block: (Hkv, R, topk, 128).
-        position = ids.unsqueeze(-1) * BLOCK_SIZE + in_block
-        readable = valid.unsqueeze(-1) & (position < limit.view(1, -1, 1, 1))
-        if paged:
-            page = table[request.view(1, -1, 1), ids.clamp(max=max_pages - 1)]
-            # A table entry that is not a page reads nothing rather than out of bounds.
-            page_ok = (page >= 0) & (page < num_pages)
-            readable &= page_ok.unsqueeze(-1)
-            page = torch.where(page_ok, page, 0).unsqueeze(-1).expand_as(position)
-            token = in_block.expand_as(position)
-            k_rows = k_values[page, heads, token]
-            v_rows = v_values[page, heads, token]
-        else:
-            flat_row = (cu_k[request].view(1, -1, 1, 1) + position).clamp(0, max(total_k - 1, 0))
-            k_rows = k_values[flat_row, heads]
-            v_rows = v_values[flat_row, heads]
-        num_r = rows.numel()
-        k_rows = k_rows.reshape(num_kv_heads, num_r, topk * BLOCK_SIZE, head_dim).to(compute_dtype)
-        v_rows = v_rows.reshape(num_kv_heads, num_r, topk * BLOCK_SIZE, head_dim).to(compute_dtype)
-        readable = readable.reshape(num_kv_heads, num_r, 1, topk * BLOCK_SIZE)
+        # Scores of a chunk take Hkv * rows * G * keys elements: keep them near 2^24.
+        rows_per_chunk = max(1, (1 << 24) // max(1, num_kv_heads * group_size * num_keys))
+        for start in range(0, rows.numel(), rows_per_chunk):
+            chunk_slots = slots[start:start + rows_per_chunk]
+            chunk_rows = rows[start:start + rows_per_chunk]
+            selected = _selected_blocks(q2k_indices[:, chunk_rows, :], num_blocks) & block_ok
+            readable = selected.repeat_interleave(BLOCK_SIZE, dim=-1)[..., :num_keys]
+            if causal:
+                position = first_position[b] + (chunk_rows - cu_q[b])
+                readable = readable & (key_position <= position.unsqueeze(1))
+            readable = readable.unsqueeze(2)  # (Hkv, R, 1, keys)
 
-        # Query head hq belongs to KV head hq // G.
-        q_rows = q[rows].to(compute_dtype).view(num_r, num_kv_heads, group_size, head_dim)
-        q_rows = q_rows.permute(1, 0, 2, 3)  # (Hkv, R, G, D)
-        scores = torch.einsum("hrgd,hrkd->hrgk", q_rows, k_rows) * scale
-        scores = scores.masked_fill(~readable, -math.inf)
-        row_lse = torch.logsumexp(scores, dim=-1)  # -inf where the row reads nothing
-        row_lse_t = torch.logsumexp(scores * temperature, dim=-1)
-        probabilities = torch.exp(scores - row_lse.unsqueeze(-1))
-        probabilities = torch.nan_to_num(probabilities, nan=0.0)  # rows that read nothing
-        row_out = torch.einsum("hrgk,hrkd->hrgd", probabilities, v_rows) * v_factor
+            # Query head hq belongs to KV head hq // G.
+            num_r = chunk_rows.numel()
+            q_chunk = q[chunk_rows].to(work_dtype).view(num_r, num_kv_heads, group_size,
+                                                           head_dim).permute(1, 0, 2, 3)
+            scores = rounded(torch.einsum("hrgd,hkd->hrgk", q_chunk, k_request)) * scale
+            scores = scores.masked_fill(~readable, -math.inf)
+            row_lse = torch.logsumexp(scores, dim=-1)  # -inf where the row reads nothing
+            row_lse_t = torch.logsumexp(scores * temperature, dim=-1)
+            probabilities = torch.exp(scores - row_lse.unsqueeze(-1))
+            probabilities = rounded(torch.nan_to_num(probabilities, nan=0.0))  # nan: reads nothing
+            row_out = rounded(torch.einsum("hrgk,hkd->hrgd", probabilities, v_request) * v_factor)
 
-        span = slice(start, start + num_r)
-        out[span] = row_out.permute(1, 0, 2, 3).reshape(num_r, num_qo_heads, head_dim)
-        lse[span] = row_lse.permute(1, 0, 2).reshape(num_r, num_qo_heads)
-        lse_t[span] = row_lse_t.permute(1, 0, 2).reshape(num_r, num_qo_heads)
+            out[chunk_slots] = row_out.permute(1, 0, 2, 3).reshape(num_r, num_qo_heads, head_dim)
+            lse[chunk_slots] = row_lse.permute(1, 0, 2).reshape(num_r, num_qo_heads)
+            lse_t[chunk_slots] = row_lse_t.permute(1, 0, 2).reshape(num_r, num_qo_heads)
     return out, lse, lse_t
+
+
+def _selected_blocks(ids, num_blocks):
+    """Section 4 rules 1-3 on (Hkv, R, topk) ids -> (Hkv, R, num_blocks) bool."""
+    ids = ids.to(torch.int64)
+    # The first negative entry ends the list ...
+    before_end = torch.cumprod((ids >= 0).to(torch.int64), dim=-1).bool()
+    # ... ids past the request's blocks select nothing ...
+    valid = before_end & (ids < num_blocks)
+    # ... and the rest form a set (scattering a repeated id twice is the same as once).
+    selected = torch.zeros(*ids.shape[:2], num_blocks + 1, dtype=torch.bool, device=ids.device)
+    selected.scatter_(-1, torch.where(valid, ids, num_blocks), True)
+    return selected[..., :num_blocks]
+
+
+def _request_keys(k_values, v_values, b, num_blocks, paged, table, first_key):
+    """The request's K and V as (Hkv, num_blocks * 128, D) (flat: its rows, up to its length),
+    and which blocks may be read at all: a page-table entry that is not a page reads nothing,
+    the library's choice where the contract is silent."""
+    device = k_values.device
+    if not paged:
+        length = num_blocks * BLOCK_SIZE
+        keys = tuple(x[first_key:first_key + length].transpose(0, 1)
+                     for x in (k_values, v_values))
+        return keys, torch.ones(num_blocks, dtype=torch.bool, device=device)
+    pages = table[b, :num_blocks]
+    page_ok = (pages >= 0) & (pages < k_values.shape[0])
+    pages = torch.where(page_ok, pages, 0)
+    keys = tuple(x[pages].permute(1, 0, 2, 3).reshape(x.shape[1], num_blocks * BLOCK_SIZE, x.shape[-1])
+                 for x in (k_values, v_values))
+    return keys, page_ok
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,81 @@
+"""Preparing K/V in the library's quantised storage formats (contract section 6).
+
+    k_fp8, k_global_scale = quantize_fp8(k)            # pass k_global_scale= to the call
+    k_packed, k_scale = quantize_nvfp4(k)              # flat (total_k, Hkv, D) -> uint8 + scales
+    k_packed, k_scale = quantize_nvfp4(k_pages, paged=True)
+
+NVFP4 stores two E2M1 values per byte (low nibble = even element) and one E4M3 scale per 16
+consecutive elements of a row, in the swizzled 128x4 layout whose row is token * Hkv + head
+(flat) or (page * Hkv + head) * 128 + token_in_page (paged).
+"""
+import torch
+
+E2M1_MAX = 6.0
+E4M3_MAX = 448.0
+NVFP4_GROUP = 16  # elements sharing one scale
+BLOCK_SIZE = 128
+
+_E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def quantize_fp8(x, global_scale=None):
+    """x -> (float8_e4m3fn tensor, global scale) with x ~= fp8 * global_scale.
+
+    The default global scale maps x's largest magnitude to E4M3's largest finite value.
+    """
+    if global_scale is None:
+        amax = float(x.abs().max()) if x.numel() else 0.0
+        global_scale = amax / E4M3_MAX if amax > 0 else 1.0
+    stored = (x.float() / global_scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return stored, float(global_scale)
+
+
+def swizzled_scale_offsets(rows, cols, cols_per_row):
+    """Byte offsets of logical scales (rows, cols) in the swizzled 128x4 layout of a table with
+    cols_per_row scales per row (rows and cols: int64 tensors broadcast against each other)."""
+    column_groups = (cols_per_row + 3) // 4
+    return (((rows // 128) * column_groups + cols // 4) * 512 + (rows % 32) * 16
+            + ((rows % 128) // 32) * 4 + cols % 4)
+
+
+def _scale_rows(shape, paged, device):
+    """Row of the scale table for every (token, head) of a flat or paged K/V of `shape`."""
+    if paged:
+        num_pages, num_heads, page_size = shape[:3]
+        page = torch.arange(num_pages, device=device).view(-1, 1, 1)
+        head = torch.arange(num_heads, device=device).view(1, -1, 1)
+        token = torch.arange(page_size, device=device).view(1, 1, -1)
+        return (page * num_heads + head) * BLOCK_SIZE + token
+    num_tokens, num_heads = shape[:2]
+    return (torch.arange(num_tokens, device=device).view(-1, 1) * num_heads
+            + torch.arange(num_heads, device=device).view(1, -1))
+
+
+def quantize_nvfp4(x, paged=False):
+    """x: flat (total_k, Hkv, D) or paged (num_pages, Hkv, 128, D) -> (packed, scale).
+
+    packed: uint8 (..., D // 2). scale: uint8, the swizzled E4M3 block scales, padded to
+    ceil(rows / 128) * 128 * (D / 16) bytes. Each scale is amax(group) / 6 rounded to E4M3, each
+    value the nearest E2M1 of x / scale.
+    """
+    head_dim = x.shape[-1]
+    groups = x.float().reshape(*x.shape[:-1], head_dim // NVFP4_GROUP, NVFP4_GROUP)
+    amax = groups.abs().amax(-1, keepdim=True)
+    scale = (amax / E2M1_MAX).clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
+    scale_value = scale.float()
+    scaled = torch.where(scale_value > 0, groups / scale_value, torch.zeros_like(groups))
+    magnitudes = torch.tensor(_E2M1_MAGNITUDES, device=x.device)
+    code = (scaled.abs().unsqueeze(-1) - magnitudes).abs().argmin(-1)
+    code = code | ((scaled < 0).long() << 3)
+    code = code.reshape(*x.shape).to(torch.uint8)
+    packed = code[..., 0::2] | (code[..., 1::2] << 4)
+
+    rows = _scale_rows(x.shape, paged, x.device)
+    num_rows = rows.numel()
+    cols_per_row = head_dim // NVFP4_GROUP
+    padded_rows = -(-num_rows // 128) * 128
+    table = torch.zeros(padded_rows * cols_per_row, dtype=torch.uint8, device=x.device)
+    cols = torch.arange(cols_per_row, device=x.device)
+    offsets = swizzled_scale_offsets(rows.unsqueeze(-1), cols, cols_per_row)
+    table[offsets.reshape(-1)] = scale.view(torch.uint8).reshape(-1)
+    return packed.contiguous(), table
