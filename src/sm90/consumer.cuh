@@ -38,13 +38,13 @@ __device__ __forceinline__ RowSource row_source(const PrefillParams& p, const Ti
 // chunk (c % 8) ^ (r % 8) of the row in panel c / 8. Rows that don't exist are zero.
 template <typename Element>
 __device__ __forceinline__ void load_queries(const PrefillParams& p, const TilePlan& plan,
-                                             uint8_t* q_smem, int warpgroup, int kv_head,
-                                             int head_chunk) {
+                                             uint8_t* q_smem, int warpgroup, int row_group,
+                                             int kv_head, int head_chunk) {
   const int thread = threadIdx.x % 128;
   constexpr int kChunksPerRow = kHeadDim * 2 / 16;
   for (int c = thread; c < kRowsPerWarpgroup * kChunksPerRow; c += 128) {
     const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    const RowSource source = row_source(p, plan, warpgroup, head_chunk, row);
+    const RowSource source = row_source(p, plan, row_group, head_chunk, row);
     uint4 value = make_uint4(0, 0, 0, 0);
     if (source.valid) {
       const Element* q = static_cast<const Element*>(p.q) +
@@ -77,23 +77,78 @@ __device__ __forceinline__ void zero_value_tail(uint8_t* v_stage, int first_inva
   named_barrier_sync(1 + warpgroup, 128);
 }
 
+// Shared-rows mode: warpgroup 1 hands its running max, partial sums and O to warpgroup 0 through
+// the K stages (idle once both loops are over: every load was waited for), and warpgroup 0
+// folds them into its own state. Thread t of both warpgroups holds the same rows and columns.
+// Returns whether this warpgroup writes the output.
+template <bool kTemperatureLse>
+__device__ __forceinline__ bool combine_warpgroups(SharedStorage& smem, int warpgroup,
+                                                   OnlineSoftmax<kTemperatureLse>& softmax,
+                                                   Accumulator& o, float temperature) {
+  constexpr int kBarrierBothConsumers = 3;
+  constexpr int kValues = 64 + 6;
+  static_assert(kValues * 128 * sizeof(float) <= sizeof(SharedStorage::k), "exchange space");
+  float* exchange = reinterpret_cast<float*>(smem.k) + threadIdx.x % 128;
+  named_barrier_sync(kBarrierBothConsumers, 256);  // both loops done with the stages
+  if (warpgroup == 1) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) exchange[i * 128] = o[i];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      exchange[(64 + h) * 128] = softmax.row_max[h];
+      exchange[(66 + h) * 128] = softmax.row_sum[h];
+      exchange[(68 + h) * 128] = softmax.row_sum_t[h];
+    }
+  }
+  named_barrier_sync(kBarrierBothConsumers, 256);
+  if (warpgroup == 1) return false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float other_max = exchange[(64 + h) * 128];
+    const float new_max = fmaxf(softmax.row_max[h], other_max);
+    const float offset = new_max == -INFINITY ? 0.f : new_max;
+    const float mine = exp2f(softmax.row_max[h] - offset), theirs = exp2f(other_max - offset);
+    softmax.row_sum[h] = softmax.row_sum[h] * mine + exchange[(66 + h) * 128] * theirs;
+    if constexpr (kTemperatureLse) {
+      softmax.row_sum_t[h] =
+          softmax.row_sum_t[h] * exp2f(temperature * (softmax.row_max[h] - offset)) +
+          exchange[(68 + h) * 128] * exp2f(temperature * (other_max - offset));
+    }
+    softmax.row_max[h] = new_max;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int i = 4 * j + 2 * h + c;
+        o[i] = o[i] * mine + exchange[i * 128] * theirs;
+      }
+    }
+  }
+  return true;
+}
+
 template <typename Element, bool kTemperatureLse>
 __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, const TilePlan& plan,
                         int kv_head, int head_chunk) {
   const int warpgroup = threadIdx.x / 128 - 1;
   const int thread = threadIdx.x % 128;
   const int lane = thread % 32;
+  // Decode: when the tile's tokens all fit in one warpgroup's rows, both warpgroups take the
+  // same rows and split the blocks between them (even / odd steps), then combine (see
+  // combine_warpgroups). Otherwise each warpgroup owns its own tokens.
+  const bool share_rows = plan.num_tokens <= p.tokens_per_warpgroup;
+  const int row_group = share_rows ? 0 : warpgroup;
 
   RowSource rows[2];
   int key_limit[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    rows[h] = row_source(p, plan, warpgroup, head_chunk, (thread / 32) * 16 + lane / 4 + 8 * h);
+    rows[h] = row_source(p, plan, row_group, head_chunk, (thread / 32) * 16 + lane / 4 + 8 * h);
     key_limit[h] = rows[h].valid ? smem.token_key_limit[rows[h].tile_token] : 0;
   }
   // Tile tokens this warpgroup owns, as a bit set over the planning masks' words.
   uint32_t own_tokens[kMaskWords];
-  const int own_begin = warpgroup * p.tokens_per_warpgroup;
+  const int own_begin = row_group * p.tokens_per_warpgroup;
   const int own_end = min(own_begin + p.tokens_per_warpgroup, plan.num_tokens);
 #pragma unroll
   for (int w = 0; w < kMaskWords; ++w) {
@@ -104,7 +159,7 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
   }
 
   uint8_t* q_smem = smem.q[warpgroup];
-  load_queries<Element>(p, plan, q_smem, warpgroup, kv_head, head_chunk);
+  load_queries<Element>(p, plan, q_smem, warpgroup, row_group, kv_head, head_chunk);
 
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
@@ -123,6 +178,7 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
     bool needed = false;
 #pragma unroll
     for (int w = 0; w < kMaskWords; ++w) needed |= (selected_by[w] & own_tokens[w]) != 0;
+    needed &= !share_rows || (u - plan.slice_begin) % 2 == warpgroup;
     mbarrier_wait(&smem.k_full[stage], phase);
     if (!needed) {
       // Arrive on both rings in order, without reading: keeps the barrier phases aligned.
@@ -164,6 +220,9 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
 
   // Epilogue. Rows that read nothing have sum 0: out = 0 exactly, lse = -inf. With a KV split
   // each CTA writes its normalised partial output and LSEs in fp32; merge.cu combines them.
+  if (share_rows) {
+    if (!combine_warpgroups(smem, warpgroup, softmax, o, p.lse_temperature)) return;
+  }
   float lse[2], lse_t[2], sum[2];
   softmax.finish(lse, lse_t, sum, p.lse_temperature);
 #pragma unroll

@@ -160,10 +160,13 @@ TileConfig tile_config(const flashmsa_args& args) {
   const int64_t sms = multiprocessor_count(args.device_index);
   const int64_t tokens_per_request = std::max<int64_t>(1, args.total_q / args.batch_size);
   const int64_t max_union = std::min<int64_t>(c.tokens_per_tile, tokens_per_request) * topk;
+  // Tiles whose tokens fit one warpgroup share their rows between both warpgroups, which split
+  // the blocks: give each CTA two blocks at least, one per warpgroup.
+  const int64_t min_blocks = tokens_per_request <= c.tokens_per_warpgroup ? 2 : 1;
   c.num_splits = 1;
   if (units > 0 && units * 10 < sms * 9) {
-    c.num_splits = static_cast<int32_t>(
-        std::clamp<int64_t>(sms / units, 1, std::min<int64_t>(max_union, kMaxSplits)));
+    const int64_t most = std::max<int64_t>(1, std::min<int64_t>(max_union / min_blocks, kMaxSplits));
+    c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(sms / units, 1, most));
   }
   return c;
 }
