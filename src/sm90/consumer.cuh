@@ -82,13 +82,13 @@ __device__ __forceinline__ void zero_value_tail(uint8_t* v_stage, int first_inva
 // folds them into its own state. Thread t of both warpgroups holds the same rows and columns.
 // Returns whether this warpgroup writes the output.
 template <bool kTemperatureLse>
-__device__ __forceinline__ bool combine_warpgroups(SharedStorage& smem, int warpgroup,
+__device__ __forceinline__ bool combine_warpgroups(const Smem& smem, int warpgroup,
                                                    OnlineSoftmax<kTemperatureLse>& softmax,
                                                    Accumulator& o, float temperature) {
   constexpr int kBarrierBothConsumers = 3;
   constexpr int kValues = 64 + 6;
-  static_assert(kValues * 128 * sizeof(float) <= sizeof(SharedStorage::k), "exchange space");
-  float* exchange = reinterpret_cast<float*>(smem.k) + threadIdx.x % 128;
+  static_assert(kValues * 128 * sizeof(float) <= 2 * kKvTileBytes, "exchange space: 2 stages");
+  float* exchange = reinterpret_cast<float*>(smem.k(0)) + threadIdx.x % 128;
   named_barrier_sync(kBarrierBothConsumers, 256);  // both loops done with the stages
   if (warpgroup == 1) {
 #pragma unroll
@@ -128,7 +128,7 @@ __device__ __forceinline__ bool combine_warpgroups(SharedStorage& smem, int warp
 }
 
 template <typename Element, bool kTemperatureLse>
-__device__ inline void consume(const PrefillParams& p, SharedStorage& smem, const TilePlan& plan,
+__device__ inline void consume(const PrefillParams& p, const Smem& smem, const TilePlan& plan,
                         int kv_head, int head_chunk) {
   const int warpgroup = threadIdx.x / 128 - 1;
   const int thread = threadIdx.x % 128;
@@ -144,21 +144,21 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     rows[h] = row_source(p, plan, row_group, head_chunk, (thread / 32) * 16 + lane / 4 + 8 * h);
-    key_limit[h] = rows[h].valid ? smem.token_key_limit[rows[h].tile_token] : 0;
+    key_limit[h] = rows[h].valid ? smem.token_key_limit()[rows[h].tile_token] : 0;
   }
   // Tile tokens this warpgroup owns, as a bit set over the planning masks' words.
-  uint32_t own_tokens[kMaskWords];
+  uint32_t own_tokens[kMaxMaskWords];
   const int own_begin = row_group * p.tokens_per_warpgroup;
   const int own_end = min(own_begin + p.tokens_per_warpgroup, plan.num_tokens);
 #pragma unroll
-  for (int w = 0; w < kMaskWords; ++w) {
+  for (int w = 0; w < kMaxMaskWords; ++w) {
     own_tokens[w] = 0;
     for (int t = max(own_begin, 32 * w); t < min(own_end, 32 * w + 32); ++t) {
       own_tokens[w] |= 1u << (t % 32);
     }
   }
 
-  uint8_t* q_smem = smem.q[warpgroup];
+  uint8_t* q_smem = smem.q(warpgroup);
   load_queries<Element>(p, plan, q_smem, warpgroup, row_group, kv_head, head_chunk);
 
   OnlineSoftmax<kTemperatureLse> softmax;
@@ -171,29 +171,32 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
   // next block's Q K^T with this block's P V, as FlashAttention-3 does, measured slower here:
   // this loop is bound by L2 -> shared memory traffic, and holding V a step longer starves the
   // producer; see docs/performance.md.)
+  const int num_stages = p.smem_layout.num_stages;
   for (int u = plan.slice_begin; u < plan.slice_end; ++u) {
-    const int stage = (u - plan.slice_begin) % kNumStages;
-    const uint32_t phase = ((u - plan.slice_begin) / kNumStages) & 1;
-    const uint32_t* selected_by = smem.token_masks[u];
+    const int stage = (u - plan.slice_begin) % num_stages;
+    const uint32_t phase = ((u - plan.slice_begin) / num_stages) & 1;
+    const uint32_t* selected_by = smem.token_mask(u);
     bool needed = false;
 #pragma unroll
-    for (int w = 0; w < kMaskWords; ++w) needed |= (selected_by[w] & own_tokens[w]) != 0;
+    for (int w = 0; w < kMaxMaskWords; ++w) {
+      needed |= w < p.smem_layout.mask_words && (selected_by[w] & own_tokens[w]) != 0;
+    }
     needed &= !share_rows || (u - plan.slice_begin) % 2 == warpgroup;
-    mbarrier_wait(&smem.k_full[stage], phase);
+    mbarrier_wait(&smem.header().k_full[stage], phase);
     if (!needed) {
       // Arrive on both rings in order, without reading: keeps the barrier phases aligned.
-      mbarrier_arrive(&smem.k_empty[stage]);
-      mbarrier_wait(&smem.v_full[stage], phase);
-      mbarrier_arrive(&smem.v_empty[stage]);
+      mbarrier_arrive(&smem.header().k_empty[stage]);
+      mbarrier_wait(&smem.header().v_full[stage], phase);
+      mbarrier_arrive(&smem.header().v_empty[stage]);
       continue;
     }
     Accumulator s;
-    issue_scores<Element>(smem_address(q_smem), smem_address(smem.k[stage]), s);
+    issue_scores<Element>(smem_address(q_smem), smem_address(smem.k(stage)), s);
     cute::warpgroup_wait<0>();
     fence_accumulator(s);
-    mbarrier_arrive(&smem.k_empty[stage]);
+    mbarrier_arrive(&smem.header().k_empty[stage]);
 
-    const int block_first_key = smem.union_blocks[u] * kBlockKeys;
+    const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
     int visible[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -207,15 +210,15 @@ __device__ inline void consume(const PrefillParams& p, SharedStorage& smem, cons
                                      correction);
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
 
-    mbarrier_wait(&smem.v_full[stage], phase);
+    mbarrier_wait(&smem.header().v_full[stage], phase);
     if (plan.seqlen_k - block_first_key < kBlockKeys) {
-      zero_value_tail(smem.v[stage], plan.seqlen_k - block_first_key, warpgroup);
+      zero_value_tail(smem.v(stage), plan.seqlen_k - block_first_key, warpgroup);
     }
-    issue_values<Element>(probabilities, smem_address(smem.v[stage]), o);
+    issue_values<Element>(probabilities, smem_address(smem.v(stage)), o);
     cute::warpgroup_wait<0>();
     fence_accumulator(o);
     fence_fragment(probabilities);
-    mbarrier_arrive(&smem.v_empty[stage]);
+    mbarrier_arrive(&smem.header().v_empty[stage]);
   }
 
   // Epilogue. Rows that read nothing have sum 0: out = 0 exactly, lse = -inf. With a KV split

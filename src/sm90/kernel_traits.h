@@ -11,13 +11,18 @@ constexpr int kRowsPerWarpgroup = 64;  // wgmma M
 constexpr int kNumConsumerWarpgroups = 2;
 constexpr int kNumThreads = 128 * (1 + kNumConsumerWarpgroups);  // warpgroup 0 produces
 // K and V have separate rings of stages: K of a block is released as soon as S = Q K^T is done,
-// V only after P V, which the software pipeline issues one step later. 2 x (32 + 32) KiB is all
-// the shared memory left beside Q and the planning buffers.
-constexpr int kNumStages = 2;
+// V after P V. SmemLayout gives a launch as many stages as fit, up to kMaxStages. Measured on
+// the H200 (docs/performance.md): a third stage made MiniMax-M3 prefill 5% slower and left
+// decode unchanged, so two it is; the layout keeps the choice a one-line change.
+constexpr int kMaxStages = 2;
 // Candidates (tokens x topk) one tile plans over; tiles are sized so that they never exceed it.
 constexpr int kMaxCandidates = 2048;
 constexpr int kMaxTileTokens = 128;
-constexpr int kMaskWords = kMaxTileTokens / 32;
+constexpr int kMaxMaskWords = kMaxTileTokens / 32;
+constexpr int kSharedMemoryLimit = 227 * 1024;  // per block on sm_90
+// Dynamic shared memory is only 16-byte aligned by contract; the layout starts at the next
+// 1024-byte boundary, so each launch asks for layout.bytes plus this slack.
+constexpr uint32_t kSharedMemoryAlignmentSlack = 1024;
 // A panel is the 128-byte-wide column slice (64 bf16/fp16 values) that one 128B-swizzled TMA
 // box or wgmma descriptor covers; head_dim 128 is two panels.
 constexpr int kPanelElems = 64;
@@ -32,22 +37,15 @@ constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one blo
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 
-// Shared memory. 1024-byte alignment for every 128B-swizzled operand (TMA and wgmma require
-// the swizzle pattern to start on a 1024-byte boundary).
-struct SharedStorage {
-  alignas(1024) uint8_t q[kNumConsumerWarpgroups][2 * kQPanelBytes];
-  alignas(1024) uint8_t k[kNumStages][kKvTileBytes];
-  // The planning sort buffer lives in V's stages: they are untouched until planning is over.
-  alignas(1024) uint8_t v[kNumStages][kKvTileBytes];
-  alignas(8) uint64_t k_full[kNumStages];   // TMA bytes of K landed
-  alignas(8) uint64_t k_empty[kNumStages];  // all consumer threads done with K of the stage
-  alignas(8) uint64_t v_full[kNumStages];
-  alignas(8) uint64_t v_empty[kNumStages];
-  int32_t union_blocks[kMaxCandidates];  // ascending distinct block ids the tile reads
-  int32_t union_coords[kMaxCandidates];  // TMA coordinate: flat token row, or page id
-  uint32_t token_masks[kMaxCandidates][kMaskWords];  // bit t: tile token t selected the block
-  int32_t token_key_limit[kMaxTileTokens];  // keys [0, limit) are visible to the token
-  int32_t token_first_negative[kMaxTileTokens];
+// Shared memory: the big buffers sit at offsets chosen on the host (SmemLayout), so that one
+// kernel serves prefill (two Q buffers) and decode (one shared Q buffer, more stages). Operands
+// are 1024-byte aligned (TMA and wgmma require a 128B swizzle pattern to start there).
+struct SmemHeader {
+  uint64_t k_full[kMaxStages];   // TMA bytes of K landed
+  uint64_t k_empty[kMaxStages];  // all consumer threads done with K of the stage
+  uint64_t v_full[kMaxStages];
+  uint64_t v_empty[kMaxStages];
+  int32_t warp_totals[kNumThreads / 32];  // planning's block-wide scan
   int32_t batch_index;
   int32_t tile_first_row;
   int32_t tile_num_tokens;
@@ -55,7 +53,59 @@ struct SharedStorage {
   int32_t request_first_key_row;  // flat path: row of k/v holding the request's key 0
 };
 
-static_assert(kMaxCandidates * sizeof(int32_t) <= sizeof(SharedStorage::v),
-              "the planning sort buffer must fit in the V stages");
+// Byte offsets from the 1024-aligned base of dynamic shared memory, computed by launch.cu.
+struct SmemLayout {
+  uint32_t q[kNumConsumerWarpgroups];  // equal when the warpgroups share their rows (decode)
+  uint32_t k, v;                       // rings of num_stages x 32 KiB
+  uint32_t union_blocks;               // int32[tokens_per_tile * topk]: ascending block ids
+  uint32_t union_coords;               // int32[...]: TMA coordinate, flat token row or page id
+  uint32_t token_masks;                // uint32[...][mask_words]: bit t = tile token t chose it
+  uint32_t token_key_limit;            // int32[tokens_per_tile]: keys [0, limit) are visible
+  uint32_t token_first_negative;       // int32[tokens_per_tile]
+  uint32_t header;                     // SmemHeader
+  int32_t num_stages;
+  int32_t mask_words;
+  uint32_t bytes;                      // total, without the alignment slack
+};
+
+// The kernel's view of its shared memory: a base pointer plus the layout in constant memory,
+// so that no per-buffer pointer occupies registers.
+struct Smem {
+  uint8_t* base;
+  const SmemLayout& layout;
+
+  __device__ __forceinline__ SmemHeader& header() const {
+    return *reinterpret_cast<SmemHeader*>(base + layout.header);
+  }
+  __device__ __forceinline__ uint8_t* q(int warpgroup) const { return base + layout.q[warpgroup]; }
+  __device__ __forceinline__ uint8_t* k(int stage) const {
+    return base + layout.k + stage * kKvTileBytes;
+  }
+  __device__ __forceinline__ uint8_t* v(int stage) const {
+    return base + layout.v + stage * kKvTileBytes;
+  }
+  __device__ __forceinline__ int32_t* union_blocks() const {
+    return reinterpret_cast<int32_t*>(base + layout.union_blocks);
+  }
+  __device__ __forceinline__ int32_t* union_coords() const {
+    return reinterpret_cast<int32_t*>(base + layout.union_coords);
+  }
+  __device__ __forceinline__ uint32_t* token_mask(int u) const {
+    return reinterpret_cast<uint32_t*>(base + layout.token_masks) + u * layout.mask_words;
+  }
+  __device__ __forceinline__ int32_t* token_key_limit() const {
+    return reinterpret_cast<int32_t*>(base + layout.token_key_limit);
+  }
+  __device__ __forceinline__ int32_t* token_first_negative() const {
+    return reinterpret_cast<int32_t*>(base + layout.token_first_negative);
+  }
+  // The planning sort buffer lives in the V ring: it is untouched until planning is over.
+  __device__ __forceinline__ int32_t* sort_buffer() const {
+    return reinterpret_cast<int32_t*>(base + layout.v);
+  }
+};
+
+static_assert(kMaxCandidates * sizeof(int32_t) <= kKvTileBytes,
+              "the planning sort buffer must fit in one V stage");
 
 }  // namespace flashmsa::sm90

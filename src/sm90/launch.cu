@@ -146,7 +146,11 @@ TileConfig tile_config(const flashmsa_args& args) {
   c.tokens_per_warpgroup =
       std::min(sm90::kRowsPerWarpgroup / c.heads_per_chunk,
                sm90::kMaxCandidates / (sm90::kNumConsumerWarpgroups * topk));
-  c.tokens_per_tile = sm90::kNumConsumerWarpgroups * c.tokens_per_warpgroup;
+  // Decode-like calls (at most one warpgroup's tokens per request on average) use tiles of one
+  // warpgroup's tokens: both warpgroups then share those rows and split the blocks, and a
+  // single Q buffer leaves room for another stage of K and V.
+  const bool decode_like = args.total_q <= args.batch_size * c.tokens_per_warpgroup;
+  c.tokens_per_tile = (decode_like ? 1 : sm90::kNumConsumerWarpgroups) * c.tokens_per_warpgroup;
   // Tiles never straddle requests, so there are at most ceil(total_q / T) + B of them, plus two
   // for rows outside every request (they get zeros); CTAs past the real count (known only on
   // the device) exit after planning.
@@ -169,6 +173,48 @@ TileConfig tile_config(const flashmsa_args& args) {
     c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(sms / units, 1, most));
   }
   return c;
+}
+
+// Shared memory: Q buffer(s), then the K and V rings with as many stages as fit, then the
+// planning buffers and the barrier header.
+sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
+  using namespace sm90;
+  auto align = [](uint32_t bytes, uint32_t to) { return (bytes + to - 1) / to * to; };
+  SmemLayout layout;
+  const bool shared_q = c.tokens_per_tile <= c.tokens_per_warpgroup;
+  const uint32_t q_bytes = 2 * kQPanelBytes;
+  layout.q[0] = 0;
+  layout.q[1] = shared_q ? 0 : q_bytes;
+  const uint32_t rings_begin = shared_q ? q_bytes : 2 * q_bytes;
+  const uint32_t tokens = static_cast<uint32_t>(c.tokens_per_tile);
+  const uint32_t candidates = tokens * static_cast<uint32_t>(args.topk);
+  layout.mask_words = static_cast<int32_t>((tokens + 31) / 32);
+  const uint32_t planning_bytes =
+      align(candidates * 4, 16) * 2 + align(candidates * layout.mask_words * 4, 16) +
+      align(tokens * 4, 16) * 2 + align(sizeof(SmemHeader), 16);
+  const uint32_t stage_bytes = 2 * kKvTileBytes;  // K and V of one block
+  const uint32_t available = kSharedMemoryLimit - kSharedMemoryAlignmentSlack;
+  layout.num_stages = static_cast<int32_t>(std::min<uint32_t>(
+      kMaxStages, (available - rings_begin - planning_bytes) / stage_bytes));
+  if (layout.num_stages < 2) {
+    throw Error(FLASHMSA_ERROR_INTERNAL, "shared memory plan has fewer than 2 stages");
+  }
+  layout.k = rings_begin;
+  layout.v = layout.k + layout.num_stages * kKvTileBytes;
+  uint32_t offset = layout.v + layout.num_stages * kKvTileBytes;
+  layout.union_blocks = offset;
+  offset += align(candidates * 4, 16);
+  layout.union_coords = offset;
+  offset += align(candidates * 4, 16);
+  layout.token_masks = offset;
+  offset += align(candidates * layout.mask_words * 4, 16);
+  layout.token_key_limit = offset;
+  offset += align(tokens * 4, 16);
+  layout.token_first_negative = offset;
+  offset += align(tokens * 4, 16);
+  layout.header = offset;
+  layout.bytes = offset + align(sizeof(SmemHeader), 16);
+  return layout;
 }
 
 // Workspace: the split partials, each region 256-byte aligned.
@@ -237,6 +283,7 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.tokens_per_warpgroup = tiles.tokens_per_warpgroup;
   p.tokens_per_tile = tiles.tokens_per_tile;
   p.num_splits = tiles.num_splits;
+  p.smem_layout = smem_layout(args, tiles);
 
   constexpr double kLog2e = 1.4426950408889634;
   p.scale_log2 = static_cast<float>(static_cast<double>(args.softmax_scale) *

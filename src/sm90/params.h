@@ -5,6 +5,8 @@
 #include <cuda.h>
 #include <stdint.h>
 
+#include "sm90/kernel_traits.h"
+
 namespace flashmsa::sm90 {
 
 struct PrefillParams {
@@ -48,6 +50,8 @@ struct PrefillParams {
   float* partial_out;
   float* partial_lse;
   float* partial_lse_t;
+
+  SmemLayout smem_layout;
 
   float scale_log2;        // softmax_scale * k_global_scale * log2(e)
   float v_global_scale;

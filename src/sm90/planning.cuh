@@ -35,7 +35,7 @@ __device__ __forceinline__ int64_t request_query_tiles(const PrefillParams& p, i
 
 // Warp 0 walks the requests 32 at a time, prefix-summing their tile counts, to find which
 // request holds tile `tile_index`. Writes the tile's request and rows to shared memory.
-__device__ inline void locate_tile(const PrefillParams& p, SharedStorage& smem, int64_t tile_index) {
+__device__ inline void locate_tile(const PrefillParams& p, const Smem& smem, int64_t tile_index) {
   const int lane = threadIdx.x % 32;
   int64_t remaining = tile_index;
   for (int64_t base = 0; base < p.batch_size; base += 32) {
@@ -60,17 +60,17 @@ __device__ inline void locate_tile(const PrefillParams& p, SharedStorage& smem, 
             first_query_position(p.q_offset_mode, p.q_offset_value, p.q_offset_per_request, b,
                                  rows.end - rows.begin, seqlen_k) +
             (first_row - rows.begin);
-        smem.batch_index = static_cast<int32_t>(b);
-        smem.tile_first_row = static_cast<int32_t>(first_row);
-        smem.tile_num_tokens = static_cast<int32_t>(num_tokens);
-        smem.request_seqlen_k = static_cast<int32_t>(seqlen_k);
+        smem.header().batch_index = static_cast<int32_t>(b);
+        smem.header().tile_first_row = static_cast<int32_t>(first_row);
+        smem.header().tile_num_tokens = static_cast<int32_t>(num_tokens);
+        smem.header().request_seqlen_k = static_cast<int32_t>(seqlen_k);
         // Token positions are needed by every thread next; stash them via the limits array.
         for (int t = 0; t < num_tokens; ++t) {
           int64_t limit = key_limit(p.causal, first_position + t, seqlen_k);
-          smem.token_key_limit[t] = static_cast<int32_t>(clamp_i64(limit, 0, seqlen_k));
+          smem.token_key_limit()[t] = static_cast<int32_t>(clamp_i64(limit, 0, seqlen_k));
         }
-        for (int t = num_tokens; t < p.tokens_per_tile; ++t) smem.token_key_limit[t] = 0;
-        smem.request_first_key_row = static_cast<int32_t>(
+        for (int t = num_tokens; t < p.tokens_per_tile; ++t) smem.token_key_limit()[t] = 0;
+        smem.header().request_first_key_row = static_cast<int32_t>(
             p.is_paged ? 0 : clamped_range(p.cu_seqlens_k, b, p.total_k).begin);
       }
       return;
@@ -80,7 +80,7 @@ __device__ inline void locate_tile(const PrefillParams& p, SharedStorage& smem, 
   // Past the requests' tiles: rows outside every request ([0, cu_seqlens_q[0]) and
   // [cu_seqlens_q[B], total_q)) read no key, so they get tiles that write out = 0, lse = -inf.
   if (lane != 0) return;
-  smem.batch_index = -1;
+  smem.header().batch_index = -1;
   const int64_t head_end = clamp_i64(p.cu_seqlens_q[0], 0, p.total_q);
   const int64_t tail_begin = clamp_i64(p.cu_seqlens_q[p.batch_size], head_end, p.total_q);
   const int64_t head_tiles = (head_end + p.tokens_per_tile - 1) / p.tokens_per_tile;
@@ -95,25 +95,25 @@ __device__ inline void locate_tile(const PrefillParams& p, SharedStorage& smem, 
   } else {
     return;
   }
-  smem.batch_index = 0;  // any request: with no visible key nothing of it is read
-  smem.tile_first_row = static_cast<int32_t>(first_row);
-  smem.tile_num_tokens =
+  smem.header().batch_index = 0;  // any request: with no visible key nothing of it is read
+  smem.header().tile_first_row = static_cast<int32_t>(first_row);
+  smem.header().tile_num_tokens =
       static_cast<int32_t>(min(static_cast<int64_t>(p.tokens_per_tile), range_end - first_row));
-  smem.request_seqlen_k = 0;
-  smem.request_first_key_row = 0;
-  for (int t = 0; t < p.tokens_per_tile; ++t) smem.token_key_limit[t] = 0;
+  smem.header().request_seqlen_k = 0;
+  smem.header().request_first_key_row = 0;
+  for (int t = 0; t < p.tokens_per_tile; ++t) smem.token_key_limit()[t] = 0;
 }
 
 // The block a (token, k) entry of the index list selects, or -1 when it selects nothing.
-__device__ __forceinline__ int32_t candidate_block(const PrefillParams& p, const SharedStorage& smem,
+__device__ __forceinline__ int32_t candidate_block(const PrefillParams& p, const Smem& smem,
                                                    int kv_head, int token, int k) {
-  if (token >= smem.tile_num_tokens || k >= smem.token_first_negative[token]) return -1;
-  const int64_t row = smem.tile_first_row + token;
+  if (token >= smem.header().tile_num_tokens || k >= smem.token_first_negative()[token]) return -1;
+  const int64_t row = smem.header().tile_first_row + token;
   const int32_t block = p.q2k_indices[kv_head * p.idx_stride_head + row * p.idx_stride_token +
                                       k * p.idx_stride_topk];
-  if (!block_selects_keys(block, smem.token_key_limit[token], p.is_paged, p.max_pages)) return -1;
+  if (!block_selects_keys(block, smem.token_key_limit()[token], p.is_paged, p.max_pages)) return -1;
   if (p.is_paged && page_of_block(p.page_table, p.page_table_stride_batch,
-                                  p.page_table_stride_page, smem.batch_index, block,
+                                  p.page_table_stride_page, smem.header().batch_index, block,
                                   p.num_pages) < 0) {
     return -1;
   }
@@ -140,31 +140,31 @@ __device__ __forceinline__ int32_t block_exclusive_scan(int32_t value, int32_t* 
   return warp_offset + inclusive - value;
 }
 
-__device__ inline TilePlan plan_tile(const PrefillParams& p, SharedStorage& smem, int64_t tile_index,
+__device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, int64_t tile_index,
                               int kv_head) {
   const int tid = threadIdx.x;
   if (tid < 32) locate_tile(p, smem, tile_index);
   __syncthreads();
-  if (smem.batch_index < 0) return TilePlan{-1, 0, 0, 0, 0, 0, 0};
+  if (smem.header().batch_index < 0) return TilePlan{-1, 0, 0, 0, 0, 0, 0};
   const int tokens = p.tokens_per_tile, topk = p.topk;
   const int num_entries = tokens * topk;
-  for (int t = tid; t < tokens; t += kNumThreads) smem.token_first_negative[t] = topk;
+  for (int t = tid; t < tokens; t += kNumThreads) smem.token_first_negative()[t] = topk;
   __syncthreads();
 
   // Rule 1: the first negative entry ends a token's list.
   for (int e = tid; e < num_entries; e += kNumThreads) {
     const int token = e / topk, k = e % topk;
-    if (token < smem.tile_num_tokens) {
-      const int64_t row = smem.tile_first_row + token;
+    if (token < smem.header().tile_num_tokens) {
+      const int64_t row = smem.header().tile_first_row + token;
       const int32_t block = p.q2k_indices[kv_head * p.idx_stride_head +
                                           row * p.idx_stride_token + k * p.idx_stride_topk];
-      if (block < 0) atomicMin(&smem.token_first_negative[token], k);
+      if (block < 0) atomicMin(&smem.token_first_negative()[token], k);
     }
   }
   __syncthreads();
 
   // Rules 2 and 3: sort the valid candidates (invalid ones become INT_MAX and sort last).
-  int32_t* candidates = reinterpret_cast<int32_t*>(smem.v);
+  int32_t* candidates = smem.sort_buffer();
   int padded = 1;
   while (padded < num_entries) padded *= 2;
   for (int e = tid; e < padded; e += kNumThreads) {
@@ -196,23 +196,22 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, SharedStorage& smem
   for (int i = begin; i < end; ++i) {
     firsts += candidates[i] != INT_MAX && (i == 0 || candidates[i] != candidates[i - 1]);
   }
-  __shared__ int32_t warp_totals[kNumThreads / 32];
   int32_t union_size = 0;
-  int32_t position = block_exclusive_scan(firsts, warp_totals, &union_size);
+  int32_t position = block_exclusive_scan(firsts, smem.header().warp_totals, &union_size);
   for (int i = begin; i < end; ++i) {
     const int32_t block = candidates[i];
     if (block != INT_MAX && (i == 0 || block != candidates[i - 1])) {
-      smem.union_blocks[position] = block;
-      smem.union_coords[position] =
+      smem.union_blocks()[position] = block;
+      smem.union_coords()[position] =
           p.is_paged ? static_cast<int32_t>(page_of_block(p.page_table, p.page_table_stride_batch,
                                                           p.page_table_stride_page,
-                                                          smem.batch_index, block, p.num_pages))
-                     : smem.request_first_key_row + block * kBlockSize;
+                                                          smem.header().batch_index, block, p.num_pages))
+                     : smem.header().request_first_key_row + block * kBlockSize;
       ++position;
     }
   }
-  for (int i = tid; i < union_size * kMaskWords; i += kNumThreads) {
-    smem.token_masks[i / kMaskWords][i % kMaskWords] = 0;
+  for (int i = tid; i < union_size * p.smem_layout.mask_words; i += kNumThreads) {
+    smem.token_mask(0)[i] = 0;
   }
   __syncthreads();
 
@@ -224,9 +223,9 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, SharedStorage& smem
     int lo = 0, hi = union_size - 1;
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
-      if (smem.union_blocks[mid] < block) lo = mid + 1; else hi = mid;
+      if (smem.union_blocks()[mid] < block) lo = mid + 1; else hi = mid;
     }
-    atomicOr(&smem.token_masks[lo][token / 32], 1u << (token % 32));
+    atomicOr(&smem.token_mask(lo)[token / 32], 1u << (token % 32));
   }
   __syncthreads();
   const int split = blockIdx.z;
@@ -234,8 +233,8 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, SharedStorage& smem
       static_cast<int32_t>(static_cast<int64_t>(union_size) * split / p.num_splits);
   const int32_t slice_end =
       static_cast<int32_t>(static_cast<int64_t>(union_size) * (split + 1) / p.num_splits);
-  return TilePlan{smem.batch_index, smem.tile_first_row, smem.tile_num_tokens,
-                  smem.request_seqlen_k, union_size, slice_begin, slice_end};
+  return TilePlan{smem.header().batch_index, smem.header().tile_first_row, smem.header().tile_num_tokens,
+                  smem.header().request_seqlen_k, union_size, slice_begin, slice_end};
 }
 
 }  // namespace flashmsa::sm90

@@ -12,24 +12,22 @@
 
 namespace flashmsa::sm90 {
 
-constexpr size_t kSharedMemoryBytes = sizeof(SharedStorage) + 1024;  // + alignment slack
-
 template <typename Element, bool kTemperatureLse>
 __global__ void __launch_bounds__(kNumThreads, 1)
     prefill_kernel(const __grid_constant__ PrefillParams params) {
   extern __shared__ uint8_t shared_memory_raw[];
-  // Dynamic shared memory is only 16-byte aligned by contract; swizzled operands need 1024.
-  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(
-      (reinterpret_cast<uintptr_t>(shared_memory_raw) + 1023) & ~uintptr_t{1023});
+  const Smem smem{reinterpret_cast<uint8_t*>(
+                       (reinterpret_cast<uintptr_t>(shared_memory_raw) + 1023) & ~uintptr_t{1023}),
+                   params.smem_layout};
   const int kv_head = blockIdx.y / params.num_head_chunks;
   const int head_chunk = blockIdx.y % params.num_head_chunks;
 
   if (threadIdx.x == 0) {
-    for (int stage = 0; stage < kNumStages; ++stage) {
-      mbarrier_init(&smem.k_full[stage], 1);  // the producer's arrive + TMA bytes
-      mbarrier_init(&smem.v_full[stage], 1);
-      mbarrier_init(&smem.k_empty[stage], 128 * kNumConsumerWarpgroups);
-      mbarrier_init(&smem.v_empty[stage], 128 * kNumConsumerWarpgroups);
+    for (int stage = 0; stage < params.smem_layout.num_stages; ++stage) {
+      mbarrier_init(&smem.header().k_full[stage], 1);  // the producer's arrive + TMA bytes
+      mbarrier_init(&smem.header().v_full[stage], 1);
+      mbarrier_init(&smem.header().k_empty[stage], 128 * kNumConsumerWarpgroups);
+      mbarrier_init(&smem.header().v_empty[stage], 128 * kNumConsumerWarpgroups);
     }
     fence_barrier_init();
   }

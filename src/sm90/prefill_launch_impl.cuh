@@ -16,11 +16,12 @@ cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaS
   if (status != cudaSuccess) return status;
   if (configured_device != device) {
     status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(kSharedMemoryBytes));
+                                  kSharedMemoryLimit);
     if (status != cudaSuccess) return status;
     configured_device = device;
   }
-  kernel<<<grid, kNumThreads, kSharedMemoryBytes, stream>>>(params);
+  const uint32_t shared_bytes = params.smem_layout.bytes + kSharedMemoryAlignmentSlack;
+  kernel<<<grid, kNumThreads, shared_bytes, stream>>>(params);
   return cudaGetLastError();
 }
 

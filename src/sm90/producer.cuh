@@ -33,22 +33,26 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
   }
 }
 
-// K of block u is issued before V of block u - 1: the consumers need K one pipeline step before V.
-__device__ inline void produce(const PrefillParams& p, SharedStorage& smem, const TilePlan& plan,
+// K of block u is issued before V of block u - 1: the consumers need K one step before V.
+__device__ inline void produce(const PrefillParams& p, const Smem& smem, const TilePlan& plan,
                                int kv_head) {
-  // Step i of the slice loads union entry slice_begin + i into stage i % kNumStages.
-  auto load = [&](uint64_t* full, uint64_t* empty, uint8_t (*ring)[kKvTileBytes],
-                  const CUtensorMap* map, int i) {
-    const int stage = i % kNumStages;
-    mbarrier_wait(&empty[stage], ((i / kNumStages) & 1) ^ 1);
-    mbarrier_arrive_expect_tx(&full[stage], kStageTxBytes);
-    const int32_t coord = smem.union_coords[plan.slice_begin + i];  // flat: row; paged: page
-    load_block(map, &full[stage], ring[stage], p.is_paged, coord, kv_head);
+  const int num_stages = p.smem_layout.num_stages;
+  SmemHeader& header = smem.header();
+  // Step i of the slice loads union entry slice_begin + i into stage i % num_stages.
+  auto load = [&](bool value, int i) {
+    const int stage = i % num_stages;
+    uint64_t* full = value ? &header.v_full[stage] : &header.k_full[stage];
+    uint64_t* empty = value ? &header.v_empty[stage] : &header.k_empty[stage];
+    mbarrier_wait(empty, ((i / num_stages) & 1) ^ 1);
+    mbarrier_arrive_expect_tx(full, kStageTxBytes);
+    const int32_t coord = smem.union_coords()[plan.slice_begin + i];  // flat: row; paged: page
+    load_block(value ? &p.tma_v : &p.tma_k, full, value ? smem.v(stage) : smem.k(stage),
+               p.is_paged, coord, kv_head);
   };
   const int steps = plan.slice_end - plan.slice_begin;
   for (int i = 0; i <= steps; ++i) {
-    if (i < steps) load(smem.k_full, smem.k_empty, smem.k, &p.tma_k, i);
-    if (i > 0) load(smem.v_full, smem.v_empty, smem.v, &p.tma_v, i - 1);
+    if (i < steps) load(false, i);
+    if (i > 0) load(true, i - 1);
   }
 }
 
