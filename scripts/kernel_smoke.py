@@ -96,10 +96,22 @@ def time_call(args, reps=20):
     return times[len(times) // 2] * 1e-3
 
 
-def decode_case(batch, tokens, kv_len, pattern="random", seed=0):
+def decode_case(batch, tokens, kv_len, pattern="random", seed=0, topk=16):
     """MiniMax-M3 decode: paged cache, `tokens` query tokens per request, causal."""
-    return make_case(batch, 64, 4, 16, [tokens] * batch, [kv_len] * batch, True, pattern=pattern,
-                     paged=True, seed=seed)
+    return make_case(batch, 64, 4, topk, [tokens] * batch, [kv_len] * batch, True,
+                     pattern=pattern, paged=True, seed=seed)
+
+
+def decode_topk_sweep():
+    """Decode time against blocks per (request, KV head): slope = per-block cost, intercept =
+    fixed cost (launch, planning, epilogue)."""
+    for batch in (1, 64):
+        for topk in (2, 4, 8, 16, 32, 64):
+            args = decode_case(batch, 1, 32768, topk=topk)
+            seconds = time_graph(args)
+            gbytes = kv_bytes(args["q2k_indices"], args["cu_seqlens_q"], 4)
+            print(f"sweep b{batch:3d} topk{topk:3d} {seconds * 1e6:9.1f} us "
+                  f"{gbytes / seconds / 1e12:6.2f} TB/s", flush=True)
 
 
 def kv_bytes(q2k, cu_q, num_kv_heads):
@@ -169,4 +181,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    decode_topk_sweep() if sys.argv[1:] == ["--sweep"] else main()

@@ -99,13 +99,14 @@ struct Smem {
   __device__ __forceinline__ int32_t* token_first_negative() const {
     return reinterpret_cast<int32_t*>(base + layout.token_first_negative);
   }
-  // The planning sort buffer lives in the V ring: it is untouched until planning is over.
-  __device__ __forceinline__ int32_t* sort_buffer() const {
-    return reinterpret_cast<int32_t*>(base + layout.v);
+  // The planning sort buffer ((block, coordinate) pairs) lives in the V ring: it is untouched
+  // until planning is over.
+  __device__ __forceinline__ int64_t* sort_buffer() const {
+    return reinterpret_cast<int64_t*>(base + layout.v);
   }
 };
 
-static_assert(kMaxCandidates * sizeof(int32_t) <= kKvTileBytes,
+static_assert(kMaxCandidates * sizeof(int64_t) <= kKvTileBytes,
               "the planning sort buffer must fit in one V stage");
 
 }  // namespace flashmsa::sm90

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <limits.h>
+#include <stdint.h>
 
 #include "common/visibility.h"
 #include "sm90/kernel_traits.h"
@@ -28,11 +29,6 @@ struct TilePlan {
   int32_t slice_end;
 };
 
-__device__ __forceinline__ int64_t request_query_tiles(const PrefillParams& p, int64_t b) {
-  RowRange rows = clamped_range(p.cu_seqlens_q, b, p.total_q);
-  return (rows.end - rows.begin + p.tokens_per_tile - 1) / p.tokens_per_tile;
-}
-
 // Warp 0 walks the requests 32 at a time, prefix-summing their tile counts, to find which
 // request holds tile `tile_index`. Writes the tile's request and rows to shared memory.
 __device__ inline void locate_tile(const PrefillParams& p, const Smem& smem, int64_t tile_index) {
@@ -40,7 +36,19 @@ __device__ inline void locate_tile(const PrefillParams& p, const Smem& smem, int
   int64_t remaining = tile_index;
   for (int64_t base = 0; base < p.batch_size; base += 32) {
     const int64_t b = base + lane;
-    const int64_t tiles = b < p.batch_size ? request_query_tiles(p, b) : 0;
+    const bool exists = b < p.batch_size;
+    // Everything the tile needs of request b is loaded up front, in one round of loads.
+    const RowRange rows = exists ? clamped_range(p.cu_seqlens_q, b, p.total_q) : RowRange{0, 0};
+    const int64_t seqlen_k = exists ? request_seqlen_k(p.is_paged, p.cu_seqlens_k, p.seqused_k,
+                                                       b, p.total_k, p.max_pages)
+                                    : 0;
+    const int64_t first_key_row =
+        exists && !p.is_paged ? clamped_range(p.cu_seqlens_k, b, p.total_k).begin : 0;
+    const int64_t first_position =
+        exists ? first_query_position(p.q_offset_mode, p.q_offset_value, p.q_offset_per_request,
+                                      b, rows.end - rows.begin, seqlen_k)
+               : 0;
+    const int64_t tiles = (rows.end - rows.begin + p.tokens_per_tile - 1) / p.tokens_per_tile;
     int64_t inclusive = tiles;
     for (int offset = 1; offset < 32; offset *= 2) {
       int64_t other = __shfl_up_sync(0xffffffffu, inclusive, offset);
@@ -50,28 +58,19 @@ __device__ inline void locate_tile(const PrefillParams& p, const Smem& smem, int
     if (remaining < chunk_total) {
       const bool holds = inclusive > remaining && inclusive - tiles <= remaining;
       if (holds) {
-        RowRange rows = clamped_range(p.cu_seqlens_q, b, p.total_q);
         const int64_t tile_in_request = remaining - (inclusive - tiles);
         const int64_t first_row = rows.begin + tile_in_request * p.tokens_per_tile;
         const int64_t num_tokens = min(static_cast<int64_t>(p.tokens_per_tile), rows.end - first_row);
-        const int64_t seqlen_k = request_seqlen_k(p.is_paged, p.cu_seqlens_k, p.seqused_k, b,
-                                                  p.total_k, p.max_pages);
-        const int64_t first_position =
-            first_query_position(p.q_offset_mode, p.q_offset_value, p.q_offset_per_request, b,
-                                 rows.end - rows.begin, seqlen_k) +
-            (first_row - rows.begin);
         smem.header().batch_index = static_cast<int32_t>(b);
         smem.header().tile_first_row = static_cast<int32_t>(first_row);
         smem.header().tile_num_tokens = static_cast<int32_t>(num_tokens);
         smem.header().request_seqlen_k = static_cast<int32_t>(seqlen_k);
-        // Token positions are needed by every thread next; stash them via the limits array.
-        for (int t = 0; t < num_tokens; ++t) {
-          int64_t limit = key_limit(p.causal, first_position + t, seqlen_k);
+        smem.header().request_first_key_row = static_cast<int32_t>(first_key_row);
+        const int64_t tile_position = first_position + (first_row - rows.begin);
+        for (int t = 0; t < p.tokens_per_tile; ++t) {
+          const int64_t limit = t < num_tokens ? key_limit(p.causal, tile_position + t, seqlen_k) : 0;
           smem.token_key_limit()[t] = static_cast<int32_t>(clamp_i64(limit, 0, seqlen_k));
         }
-        for (int t = num_tokens; t < p.tokens_per_tile; ++t) smem.token_key_limit()[t] = 0;
-        smem.header().request_first_key_row = static_cast<int32_t>(
-            p.is_paged ? 0 : clamped_range(p.cu_seqlens_k, b, p.total_k).begin);
       }
       return;
     }
@@ -104,22 +103,6 @@ __device__ inline void locate_tile(const PrefillParams& p, const Smem& smem, int
   for (int t = 0; t < p.tokens_per_tile; ++t) smem.token_key_limit()[t] = 0;
 }
 
-// The block a (token, k) entry of the index list selects, or -1 when it selects nothing.
-__device__ __forceinline__ int32_t candidate_block(const PrefillParams& p, const Smem& smem,
-                                                   int kv_head, int token, int k) {
-  if (token >= smem.header().tile_num_tokens || k >= smem.token_first_negative()[token]) return -1;
-  const int64_t row = smem.header().tile_first_row + token;
-  const int32_t block = p.q2k_indices[kv_head * p.idx_stride_head + row * p.idx_stride_token +
-                                      k * p.idx_stride_topk];
-  if (!block_selects_keys(block, smem.token_key_limit()[token], p.is_paged, p.max_pages)) return -1;
-  if (p.is_paged && page_of_block(p.page_table, p.page_table_stride_batch,
-                                  p.page_table_stride_page, smem.header().batch_index, block,
-                                  p.num_pages) < 0) {
-    return -1;
-  }
-  return block;
-}
-
 // Exclusive prefix sum of one value per thread over the whole CTA.
 __device__ __forceinline__ int32_t block_exclusive_scan(int32_t value, int32_t* warp_totals,
                                                         int32_t* total) {
@@ -140,36 +123,64 @@ __device__ __forceinline__ int32_t block_exclusive_scan(int32_t value, int32_t* 
   return warp_offset + inclusive - value;
 }
 
+// Each thread owns the entries e = threadIdx.x + j * kNumThreads of the tile's tokens x topk
+// index list, and reads each from global memory once.
+constexpr int kEntriesPerThread = (kMaxCandidates + kNumThreads - 1) / kNumThreads;
+constexpr int64_t kInvalidCandidate = INT64_MAX;
+
 __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, int64_t tile_index,
-                              int kv_head) {
+                                     int kv_head) {
   const int tid = threadIdx.x;
   if (tid < 32) locate_tile(p, smem, tile_index);
   __syncthreads();
-  if (smem.header().batch_index < 0) return TilePlan{-1, 0, 0, 0, 0, 0, 0};
+  SmemHeader& header = smem.header();
+  if (header.batch_index < 0) return TilePlan{-1, 0, 0, 0, 0, 0, 0};
   const int tokens = p.tokens_per_tile, topk = p.topk;
   const int num_entries = tokens * topk;
-  for (int t = tid; t < tokens; t += kNumThreads) smem.token_first_negative()[t] = topk;
+  int32_t* first_negative = smem.token_first_negative();
+  const int32_t* limits = smem.token_key_limit();
+  for (int t = tid; t < tokens; t += kNumThreads) first_negative[t] = topk;
   __syncthreads();
 
   // Rule 1: the first negative entry ends a token's list.
-  for (int e = tid; e < num_entries; e += kNumThreads) {
+  int32_t entry_block[kEntriesPerThread];
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    const int e = tid + j * kNumThreads;
     const int token = e / topk, k = e % topk;
-    if (token < smem.header().tile_num_tokens) {
-      const int64_t row = smem.header().tile_first_row + token;
-      const int32_t block = p.q2k_indices[kv_head * p.idx_stride_head +
-                                          row * p.idx_stride_token + k * p.idx_stride_topk];
-      if (block < 0) atomicMin(&smem.token_first_negative()[token], k);
+    entry_block[j] = -1;
+    if (e < num_entries && token < header.tile_num_tokens) {
+      const int64_t row = header.tile_first_row + token;
+      entry_block[j] = p.q2k_indices[kv_head * p.idx_stride_head + row * p.idx_stride_token +
+                                     k * p.idx_stride_topk];
+      if (entry_block[j] < 0) atomicMin(&first_negative[token], k);
     }
   }
   __syncthreads();
 
-  // Rules 2 and 3: sort the valid candidates (invalid ones become INT_MAX and sort last).
-  int32_t* candidates = smem.sort_buffer();
+  // Rules 2 and 3: keep the entries that select keys, then sort (block, TMA coordinate) pairs so
+  // that duplicates become neighbours (invalid entries sort last).
+  int64_t* candidates = smem.sort_buffer();
   int padded = 1;
   while (padded < num_entries) padded *= 2;
-  for (int e = tid; e < padded; e += kNumThreads) {
-    int32_t block = e < num_entries ? candidate_block(p, smem, kv_head, e / topk, e % topk) : -1;
-    candidates[e] = block < 0 ? INT_MAX : block;
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    const int e = tid + j * kNumThreads;
+    if (e >= padded) continue;
+    int64_t key = kInvalidCandidate;
+    const int token = e / topk, k = e % topk;
+    const int32_t block = entry_block[j];
+    if (e < num_entries && token < header.tile_num_tokens && k < first_negative[token] &&
+        block_selects_keys(block, limits[token], p.is_paged, p.max_pages)) {
+      const int64_t coord =
+          p.is_paged ? page_of_block(p.page_table, p.page_table_stride_batch,
+                                     p.page_table_stride_page, header.batch_index, block,
+                                     p.num_pages)
+                     : header.request_first_key_row + static_cast<int64_t>(block) * kBlockSize;
+      if (coord >= 0) key = (static_cast<int64_t>(block) << 32) | static_cast<uint32_t>(coord);
+    }
+    entry_block[j] = key == kInvalidCandidate ? -1 : block;
+    candidates[e] = key;
   }
   __syncthreads();
   for (int size = 2; size <= padded; size *= 2) {
@@ -178,7 +189,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
         const int partner = i ^ stride;
         if (partner > i) {
           const bool ascending = (i & size) == 0;
-          const int32_t a = candidates[i], b = candidates[partner];
+          const int64_t a = candidates[i], b = candidates[partner];
           if ((a > b) == ascending) {
             candidates[i] = b;
             candidates[partner] = a;
@@ -189,26 +200,21 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
     }
   }
 
-  // Compact the distinct valid ids into union_blocks, each thread over a contiguous chunk.
+  // Compact the distinct valid pairs into the union, each thread over a contiguous chunk.
   const int chunk = (padded + kNumThreads - 1) / kNumThreads;
   const int begin = min(tid * chunk, padded), end = min(begin + chunk, padded);
+  auto is_first = [&](int i) {
+    return candidates[i] != kInvalidCandidate && (i == 0 || candidates[i] != candidates[i - 1]);
+  };
   int32_t firsts = 0;
-  for (int i = begin; i < end; ++i) {
-    firsts += candidates[i] != INT_MAX && (i == 0 || candidates[i] != candidates[i - 1]);
-  }
+  for (int i = begin; i < end; ++i) firsts += is_first(i);
   int32_t union_size = 0;
-  int32_t position = block_exclusive_scan(firsts, smem.header().warp_totals, &union_size);
+  int32_t position = block_exclusive_scan(firsts, header.warp_totals, &union_size);
   for (int i = begin; i < end; ++i) {
-    const int32_t block = candidates[i];
-    if (block != INT_MAX && (i == 0 || block != candidates[i - 1])) {
-      smem.union_blocks()[position] = block;
-      smem.union_coords()[position] =
-          p.is_paged ? static_cast<int32_t>(page_of_block(p.page_table, p.page_table_stride_batch,
-                                                          p.page_table_stride_page,
-                                                          smem.header().batch_index, block, p.num_pages))
-                     : smem.header().request_first_key_row + block * kBlockSize;
-      ++position;
-    }
+    if (!is_first(i)) continue;
+    smem.union_blocks()[position] = static_cast<int32_t>(candidates[i] >> 32);
+    smem.union_coords()[position] = static_cast<int32_t>(candidates[i] & 0xffffffff);
+    ++position;
   }
   for (int i = tid; i < union_size * p.smem_layout.mask_words; i += kNumThreads) {
     smem.token_mask(0)[i] = 0;
@@ -216,14 +222,14 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
   __syncthreads();
 
   // Which tokens selected each union block (duplicates set the same bit once).
-  for (int e = tid; e < num_entries; e += kNumThreads) {
-    const int token = e / topk;
-    const int32_t block = candidate_block(p, smem, kv_head, token, e % topk);
-    if (block < 0) continue;
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    if (entry_block[j] < 0) continue;
+    const int token = (tid + j * kNumThreads) / topk;
     int lo = 0, hi = union_size - 1;
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
-      if (smem.union_blocks()[mid] < block) lo = mid + 1; else hi = mid;
+      if (smem.union_blocks()[mid] < entry_block[j]) lo = mid + 1; else hi = mid;
     }
     atomicOr(&smem.token_mask(lo)[token / 32], 1u << (token % 32));
   }
@@ -233,8 +239,8 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
       static_cast<int32_t>(static_cast<int64_t>(union_size) * split / p.num_splits);
   const int32_t slice_end =
       static_cast<int32_t>(static_cast<int64_t>(union_size) * (split + 1) / p.num_splits);
-  return TilePlan{smem.header().batch_index, smem.header().tile_first_row, smem.header().tile_num_tokens,
-                  smem.header().request_seqlen_k, union_size, slice_begin, slice_end};
+  return TilePlan{header.batch_index, header.tile_first_row, header.tile_num_tokens,
+                  header.request_seqlen_k, union_size, slice_begin, slice_end};
 }
 
 }  // namespace flashmsa::sm90

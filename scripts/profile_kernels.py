@@ -1,0 +1,32 @@
+"""One MiniMax-M3 decode call and one prefill call, for `ncu` to profile (scripts/profile.sh).
+
+    python3 scripts/profile_kernels.py [decode|prefill|both]
+"""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import flashmsa  # noqa: E402
+from kernel_smoke import decode_case, make_case  # noqa: E402
+
+
+def main():
+    which = sys.argv[1] if len(sys.argv) > 1 else "both"
+    cases = []
+    if which in ("decode", "both"):
+        cases.append(decode_case(64, 1, 32768))
+    if which in ("prefill", "both"):
+        cases.append(make_case(1, 64, 4, 16, [8192], [8192], True, pattern="random"))
+    for args in cases:
+        flashmsa.msa_sparse_attention(**args)  # warm-up (module load, attributes)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        flashmsa.msa_sparse_attention(**args)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+
+
+if __name__ == "__main__":
+    main()
