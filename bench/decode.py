@@ -211,10 +211,11 @@ def main():
               f"({r['pct_copy']:.0f}% of copy) {r['note']}" if "GBps" in r else r["note"]),
               flush=True)
         common.free_memory(args.device)
+        # After every case: a run stopped by its time limit still leaves what it measured.
+        aggs = {s: a for s in ("full", "low-latency") if (a := weighted(rows, s))}
+        common.write_outputs(args.out, "decode", rows, {"environment": env, "ceilings": ceilings,
+                                                       "suite_weighted": aggs, "heads": heads})
 
-    aggs = {s: a for s in ("full", "low-latency") if (a := weighted(rows, s))}
-    common.write_outputs(args.out, "decode", rows, {"environment": env, "ceilings": ceilings,
-                                                   "suite_weighted": aggs, "heads": heads})
     common.print_table(rows, [("case", "case", "{}"), ("batch", "B", "{}"), ("qlen", "q", "{}"),
                               ("kv_mean", "kv mean", "{:.0f}"), ("time_us", "us", "{:.2f}"),
                               ("GBps", "GB/s", "{:.0f}"), ("pct_copy", "%copy", "{:.0f}"),

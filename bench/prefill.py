@@ -158,10 +158,11 @@ class Runner:
                                    budget_s=budget)
                     self.row(case, impl, flops, t)
                 elif impl.startswith("sdpa"):
+                    dense = Case(case.name, case.group, case.pattern, case.seqlen_q,
+                                 KEYS_PER_QUERY, case.num_qo_heads, case.num_kv_heads, case.topk)
                     fns, dense_flops, note = sdpa_equal_work(
                         impl, case.seqlen_q, KEYS_PER_QUERY, case.num_qo_heads,
-                        case.num_kv_heads, device,
-                        common.rotation_sets(set_bytes(case), device))
+                        case.num_kv_heads, device, common.rotation_sets(set_bytes(dense), device))
                     t = time_calls(fns, device, args.reps, args.warmup, graph=True)
                     self.row(case, impl, dense_flops, t, note=f"dense, {note}")
                 elif impl == "flex":
@@ -334,23 +335,24 @@ def main():
     print(f"ceilings: {ceilings}", flush=True)
 
     runner = Runner(args, flashmsa)
-    seed = args.seed
-    for case in m3_cases(sorted(sizes), patterns, heads):
-        seed += 1
-        runner.run_case(case, impls, seed)
+    union_rows = union_table(flashmsa, union_seqlen, patterns, heads, args.device, args.seed)
+
+    def save():
+        # After every case: a run stopped by its time limit still leaves what it measured.
+        common.write_outputs(args.out, "prefill", runner.rows,
+                             {"environment": env, "ceilings": ceilings, "union_stats": union_rows,
+                              "production_aggregate": aggregates(runner.rows), "heads": heads,
+                              "flex_skipped": runner.flex_skip_reason})
+
+    cases = [(c, impls) for c in m3_cases(sorted(sizes), patterns, heads)]
     if args.production == "on":
         # The CPU tiny mode checks the code path on three cases; the GPU runs all of them.
-        for case in production_cases(heads, shrink)[:3 if cpu else None]:
-            seed += 1
-            runner.run_case(case, prod_impls, seed)
-
-    union_rows = union_table(flashmsa, union_seqlen, patterns, heads, args.device, args.seed)
-    aggs = aggregates(runner.rows)
-    common.write_outputs(args.out, "prefill", runner.rows,
-                         {"environment": env, "ceilings": ceilings, "union_stats": union_rows,
-                          "production_aggregate": aggs, "heads": heads,
-                          "flex_skipped": runner.flex_skip_reason})
+        cases += [(c, prod_impls) for c in production_cases(heads, shrink)[:3 if cpu else None]]
+    for seed, (case, case_impls) in enumerate(cases, start=args.seed + 1):
+        runner.run_case(case, case_impls, seed)
+        save()
     plot(runner.rows, f"{args.out}/prefill.png")
+    aggs = aggregates(runner.rows)
     summary(runner.rows, ceilings, union_rows, aggs)
 
 
