@@ -59,11 +59,13 @@ def test_more_than_65535_rows_one_request():
 
 
 def test_more_than_65535_requests():
-    """66,000 requests of one query token each (a grid dimension per request would overflow)."""
+    """66,000 requests of one query token each (a grid dimension per request would overflow).
+    Whole output against the CPU backend; a sample of rows against the fp64 reference, which
+    evaluates request by request."""
     name = "requests66000-decode"
     lens_k = (torch.arange(66000) % 9 + 1).tolist()      # 1..9 keys each
     case = make_case(name, [1] * 66000, lens_k, 2, 1, 2, True, seed=44)
-    check_gpu_result(case, run_gpu(case))
+    check_gpu_result(case, run_gpu(case), rows=sample_rows(66000, 512, seed=44))
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
