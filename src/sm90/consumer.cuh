@@ -127,7 +127,7 @@ __device__ __forceinline__ bool combine_warpgroups(const Smem& smem, int warpgro
   return true;
 }
 
-template <typename Element, bool kTemperatureLse>
+template <typename Element, bool kTemperatureLse, int kConsumers>
 __device__ inline void consume(const PrefillParams& p, const Smem& smem, const TilePlan& plan,
                         int kv_head, int head_chunk) {
   const int warpgroup = threadIdx.x / 128 - 1;
@@ -136,7 +136,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
   // Decode: when the tile's tokens all fit in one warpgroup's rows, both warpgroups take the
   // same rows and split the blocks between them (even / odd steps), then combine (see
   // combine_warpgroups). Otherwise each warpgroup owns its own tokens.
-  const bool share_rows = plan.num_tokens <= p.tokens_per_warpgroup;
+  const bool share_rows = kConsumers == 2 && plan.num_tokens <= p.tokens_per_warpgroup;
   const int row_group = share_rows ? 0 : warpgroup;
 
   RowSource rows[2];

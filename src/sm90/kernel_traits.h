@@ -8,8 +8,11 @@ namespace flashmsa::sm90 {
 constexpr int kHeadDim = 128;
 constexpr int kBlockKeys = 128;        // keys per selected block: one TMA box pair per operand
 constexpr int kRowsPerWarpgroup = 64;  // wgmma M
-constexpr int kNumConsumerWarpgroups = 2;
-constexpr int kNumThreads = 128 * (1 + kNumConsumerWarpgroups);  // warpgroup 0 produces
+// Two kernel shapes: 2 consumer warpgroups, one CTA per SM (prefill: 128 rows share each loaded
+// block), and 1 consumer warpgroup, two CTAs per SM (decode: few rows per block; the second CTA
+// hides the first one's planning and ramp-up, and twice the CTAs fit in one wave).
+constexpr int kMaxConsumerWarpgroups = 2;
+constexpr int kMaxThreads = 128 * (1 + kMaxConsumerWarpgroups);  // warpgroup 0 produces
 // K and V have separate rings of stages: K of a block is released as soon as S = Q K^T is done,
 // V after P V. SmemLayout gives a launch as many stages as fit, up to kMaxStages. Measured on
 // the H200 (docs/performance.md): a third stage made MiniMax-M3 prefill 5% slower and left
@@ -33,9 +36,15 @@ constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one blo
 
 // Register budgets (setmaxnreg): the producer warpgroup only issues TMA, the consumers hold the
 // 64x128 fp32 S and O accumulators (64 + 64 registers per thread) plus P in 16-bit.
-// 24 + 2 * 240 = 504 <= 512 registers per 384-thread CTA slot of 65536.
-constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = 240;
+// Two consumers, one CTA per SM: 24 + 2 * 240 = 504 <= 65536 / 128 = 512.
+// One consumer, two CTAs per SM: 24 + 232 = 256 <= 32768 / 128.
+template <int kConsumers>
+struct RoleConfig {
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = kConsumers == 1 ? 232 : 240;
+};
 
 // Shared memory: the big buffers sit at offsets chosen on the host (SmemLayout), so that one
 // kernel serves prefill (two Q buffers) and decode (one shared Q buffer, more stages). Operands
@@ -45,7 +54,7 @@ struct SmemHeader {
   uint64_t k_empty[kMaxStages];  // all consumer threads done with K of the stage
   uint64_t v_full[kMaxStages];
   uint64_t v_empty[kMaxStages];
-  int32_t warp_totals[kNumThreads / 32];  // planning's block-wide scan
+  int32_t warp_totals[kMaxThreads / 32];  // planning's block-wide scan
   int32_t batch_index;
   int32_t tile_first_row;
   int32_t tile_num_tokens;
@@ -55,7 +64,7 @@ struct SmemHeader {
 
 // Byte offsets from the 1024-aligned base of dynamic shared memory, computed by launch.cu.
 struct SmemLayout {
-  uint32_t q[kNumConsumerWarpgroups];  // equal when the warpgroups share their rows (decode)
+  uint32_t q[kMaxConsumerWarpgroups];  // equal when the warpgroups share their rows
   uint32_t k, v;                       // rings of num_stages x 32 KiB
   uint32_t union_blocks;               // int32[tokens_per_tile * topk]: ascending block ids
   uint32_t union_coords;               // int32[...]: TMA coordinate, flat token row or page id

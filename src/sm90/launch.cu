@@ -122,6 +122,7 @@ CUtensorMap make_kv_tensor_map(const char* name, const void* base, const flashms
 // that the workspace size and the grid of a call never depend on device data.
 struct TileConfig {
   int32_t heads_per_chunk, num_head_chunks, tokens_per_warpgroup, tokens_per_tile;
+  int32_t num_consumer_warpgroups, ctas_per_sm;
   int64_t max_tiles;   // grid.x
   int32_t num_splits;  // grid.z
 };
@@ -143,34 +144,32 @@ TileConfig tile_config(const flashmsa_args& args) {
   // few enough tokens that a tile's tokens x topk candidates fit the planning buffers.
   c.heads_per_chunk = std::min(group_size, sm90::kRowsPerWarpgroup);
   c.num_head_chunks = (group_size + c.heads_per_chunk - 1) / c.heads_per_chunk;
+  // Decode-like calls (at most one warpgroup's tokens per request on average) run the
+  // one-consumer kernel, two CTAs per SM, with tiles of one warpgroup's tokens.
+  const int32_t rows_tokens = sm90::kRowsPerWarpgroup / c.heads_per_chunk;
+  const bool decode_like = args.total_q <= args.batch_size * rows_tokens;
+  c.num_consumer_warpgroups = decode_like ? 1 : 2;
+  c.ctas_per_sm = decode_like ? 2 : 1;
   c.tokens_per_warpgroup =
-      std::min(sm90::kRowsPerWarpgroup / c.heads_per_chunk,
-               sm90::kMaxCandidates / (sm90::kNumConsumerWarpgroups * topk));
-  // Decode-like calls (at most one warpgroup's tokens per request on average) use tiles of one
-  // warpgroup's tokens: both warpgroups then share those rows and split the blocks, and a
-  // single Q buffer leaves room for another stage of K and V.
-  const bool decode_like = args.total_q <= args.batch_size * c.tokens_per_warpgroup;
-  c.tokens_per_tile = (decode_like ? 1 : sm90::kNumConsumerWarpgroups) * c.tokens_per_warpgroup;
+      std::min(rows_tokens, sm90::kMaxCandidates / (c.num_consumer_warpgroups * topk));
+  c.tokens_per_tile = c.num_consumer_warpgroups * c.tokens_per_warpgroup;
   // Tiles never straddle requests, so there are at most ceil(total_q / T) + B of them, plus two
   // for rows outside every request (they get zeros); CTAs past the real count (known only on
   // the device) exit after planning.
   const int64_t query_tiles = (args.total_q + c.tokens_per_tile - 1) / c.tokens_per_tile;
   c.max_tiles = query_tiles + args.batch_size + 2;
-  // Decode: too few (tile, head) units to fill the machine. Split each tile's blocks over
-  // num_splits CTAs (at least one block each) and merge the partials; skip it when the grid is
-  // already (nearly) full. Each tile holds at least one token, hence the min with total_q.
+  // Decode: too few (tile, head) units to fill the machine's CTA slots. Split each tile's blocks
+  // over num_splits CTAs (at least one block each) and merge the partials; skip it when the
+  // grid is already (nearly) full. Each tile holds at least one token, hence the min.
   const int64_t units = std::min(query_tiles + args.batch_size, args.total_q) *
                         args.num_kv_heads * c.num_head_chunks;
-  const int64_t sms = multiprocessor_count(args.device_index);
+  const int64_t slots = multiprocessor_count(args.device_index) * c.ctas_per_sm;
   const int64_t tokens_per_request = std::max<int64_t>(1, args.total_q / args.batch_size);
   const int64_t max_union = std::min<int64_t>(c.tokens_per_tile, tokens_per_request) * topk;
-  // Tiles whose tokens fit one warpgroup share their rows between both warpgroups, which split
-  // the blocks: give each CTA two blocks at least, one per warpgroup.
-  const int64_t min_blocks = tokens_per_request <= c.tokens_per_warpgroup ? 2 : 1;
   c.num_splits = 1;
-  if (units > 0 && units * 10 < sms * 9) {
-    const int64_t most = std::max<int64_t>(1, std::min<int64_t>(max_union / min_blocks, kMaxSplits));
-    c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(sms / units, 1, most));
+  if (units > 0 && units * 10 < slots * 9) {
+    const int64_t most = std::max<int64_t>(1, std::min<int64_t>(max_union, kMaxSplits));
+    c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / units, 1, most));
   }
   return c;
 }
@@ -181,7 +180,7 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
   using namespace sm90;
   auto align = [](uint32_t bytes, uint32_t to) { return (bytes + to - 1) / to * to; };
   SmemLayout layout;
-  const bool shared_q = c.tokens_per_tile <= c.tokens_per_warpgroup;
+  const bool shared_q = c.num_consumer_warpgroups == 1;
   const uint32_t q_bytes = 2 * kQPanelBytes;
   layout.q[0] = 0;
   layout.q[1] = shared_q ? 0 : q_bytes;
@@ -193,11 +192,15 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
       align(candidates * 4, 16) * 2 + align(candidates * layout.mask_words * 4, 16) +
       align(tokens * 4, 16) * 2 + align(sizeof(SmemHeader), 16);
   const uint32_t stage_bytes = 2 * kKvTileBytes;  // K and V of one block
-  const uint32_t available = kSharedMemoryLimit - kSharedMemoryAlignmentSlack;
+  // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
+  const uint32_t budget = c.ctas_per_sm == 1 ? kSharedMemoryLimit : (228 * 1024) / 2 - 1024;
+  const uint32_t available = budget - kSharedMemoryAlignmentSlack;
   layout.num_stages = static_cast<int32_t>(std::min<uint32_t>(
       kMaxStages, (available - rings_begin - planning_bytes) / stage_bytes));
-  if (layout.num_stages < 2) {
-    throw Error(FLASHMSA_ERROR_INTERNAL, "shared memory plan has fewer than 2 stages");
+  // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).
+  const int32_t fewest = c.num_consumer_warpgroups == 2 ? 2 : 1;
+  if (layout.num_stages < fewest) {
+    throw Error(FLASHMSA_ERROR_INTERNAL, "shared memory plan has too few stages");
   }
   layout.k = rings_begin;
   layout.v = layout.k + layout.num_stages * kKvTileBytes;
@@ -283,6 +286,7 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.tokens_per_warpgroup = tiles.tokens_per_warpgroup;
   p.tokens_per_tile = tiles.tokens_per_tile;
   p.num_splits = tiles.num_splits;
+  p.num_consumer_warpgroups = tiles.num_consumer_warpgroups;
   p.smem_layout = smem_layout(args, tiles);
 
   constexpr double kLog2e = 1.4426950408889634;

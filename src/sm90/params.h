@@ -42,6 +42,7 @@ struct PrefillParams {
   // heads_per_chunk query heads of one KV head; groups wider than 64 heads are split into
   // ceil(G / 64) head chunks, each its own CTA column.
   int32_t heads_per_chunk, num_head_chunks, tokens_per_warpgroup, tokens_per_tile;
+  int32_t num_consumer_warpgroups;  // 2: prefill shape; 1: decode shape, two CTAs per SM
 
   // KV split (decode): grid.z = num_splits CTAs share each tile's union of blocks and write
   // fp32 partials, (num_splits, total_q, Hq, 128) and (num_splits, total_q, Hq), to the

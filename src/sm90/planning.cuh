@@ -115,7 +115,7 @@ __device__ __forceinline__ int32_t block_exclusive_scan(int32_t value, int32_t* 
   if (lane == 31) warp_totals[warp] = inclusive;
   __syncthreads();
   int32_t warp_offset = 0, sum = 0;
-  for (int w = 0; w < kNumThreads / 32; ++w) {
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) {
     if (w == warp) warp_offset = sum;
     sum += warp_totals[w];
   }
@@ -123,14 +123,14 @@ __device__ __forceinline__ int32_t block_exclusive_scan(int32_t value, int32_t* 
   return warp_offset + inclusive - value;
 }
 
-// Each thread owns the entries e = threadIdx.x + j * kNumThreads of the tile's tokens x topk
-// index list, and reads each from global memory once.
-constexpr int kEntriesPerThread = (kMaxCandidates + kNumThreads - 1) / kNumThreads;
+// Each thread owns the entries e = threadIdx.x + j * blockDim.x of the tile's tokens x topk
+// index list, and reads each from global memory once (sized for the smaller, 256-thread CTA).
+constexpr int kEntriesPerThread = (kMaxCandidates + 255) / 256;
 constexpr int64_t kInvalidCandidate = INT64_MAX;
 
 __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, int64_t tile_index,
                                      int kv_head) {
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, threads = blockDim.x;
   if (tid < 32) locate_tile(p, smem, tile_index);
   __syncthreads();
   SmemHeader& header = smem.header();
@@ -139,14 +139,14 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
   const int num_entries = tokens * topk;
   int32_t* first_negative = smem.token_first_negative();
   const int32_t* limits = smem.token_key_limit();
-  for (int t = tid; t < tokens; t += kNumThreads) first_negative[t] = topk;
+  for (int t = tid; t < tokens; t += threads) first_negative[t] = topk;
   __syncthreads();
 
   // Rule 1: the first negative entry ends a token's list.
   int32_t entry_block[kEntriesPerThread];
 #pragma unroll
   for (int j = 0; j < kEntriesPerThread; ++j) {
-    const int e = tid + j * kNumThreads;
+    const int e = tid + j * threads;
     const int token = e / topk, k = e % topk;
     entry_block[j] = -1;
     if (e < num_entries && token < header.tile_num_tokens) {
@@ -165,7 +165,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
   while (padded < num_entries) padded *= 2;
 #pragma unroll
   for (int j = 0; j < kEntriesPerThread; ++j) {
-    const int e = tid + j * kNumThreads;
+    const int e = tid + j * threads;
     if (e >= padded) continue;
     int64_t key = kInvalidCandidate;
     const int token = e / topk, k = e % topk;
@@ -185,7 +185,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
   __syncthreads();
   for (int size = 2; size <= padded; size *= 2) {
     for (int stride = size / 2; stride > 0; stride /= 2) {
-      for (int i = tid; i < padded; i += kNumThreads) {
+      for (int i = tid; i < padded; i += threads) {
         const int partner = i ^ stride;
         if (partner > i) {
           const bool ascending = (i & size) == 0;
@@ -201,7 +201,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
   }
 
   // Compact the distinct valid pairs into the union, each thread over a contiguous chunk.
-  const int chunk = (padded + kNumThreads - 1) / kNumThreads;
+  const int chunk = (padded + threads - 1) / threads;
   const int begin = min(tid * chunk, padded), end = min(begin + chunk, padded);
   auto is_first = [&](int i) {
     return candidates[i] != kInvalidCandidate && (i == 0 || candidates[i] != candidates[i - 1]);
@@ -216,7 +216,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
     smem.union_coords()[position] = static_cast<int32_t>(candidates[i] & 0xffffffff);
     ++position;
   }
-  for (int i = tid; i < union_size * p.smem_layout.mask_words; i += kNumThreads) {
+  for (int i = tid; i < union_size * p.smem_layout.mask_words; i += threads) {
     smem.token_mask(0)[i] = 0;
   }
   __syncthreads();
@@ -225,7 +225,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
 #pragma unroll
   for (int j = 0; j < kEntriesPerThread; ++j) {
     if (entry_block[j] < 0) continue;
-    const int token = (tid + j * kNumThreads) / topk;
+    const int token = (tid + j * threads) / topk;
     int lo = 0, hi = union_size - 1;
     while (lo < hi) {
       const int mid = (lo + hi) / 2;

@@ -1,5 +1,5 @@
-// The Hopper MSA kernel: one CTA per (query tile, KV head, head chunk).
-//   planning (all threads) -> warpgroup 0: TMA producer | warpgroups 1, 2: wgmma consumers.
+// The Hopper MSA kernel: one CTA per (query tile, KV head, head chunk, KV split).
+//   planning (all threads) -> warpgroup 0: TMA producer | warpgroups 1..kConsumers: wgmma.
 // See docs/design.md for the tiling, the union-of-blocks plan and the measured trade-offs.
 #pragma once
 
@@ -12,9 +12,11 @@
 
 namespace flashmsa::sm90 {
 
-template <typename Element, bool kTemperatureLse>
-__global__ void __launch_bounds__(kNumThreads, 1)
+template <typename Element, bool kTemperatureLse, int kConsumers>
+__global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
+                                  RoleConfig<kConsumers>::kCtasPerSm)
     prefill_kernel(const __grid_constant__ PrefillParams params) {
+  using Roles = RoleConfig<kConsumers>;
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem{reinterpret_cast<uint8_t*>(
                        (reinterpret_cast<uintptr_t>(shared_memory_raw) + 1023) & ~uintptr_t{1023}),
@@ -26,8 +28,8 @@ __global__ void __launch_bounds__(kNumThreads, 1)
     for (int stage = 0; stage < params.smem_layout.num_stages; ++stage) {
       mbarrier_init(&smem.header().k_full[stage], 1);  // the producer's arrive + TMA bytes
       mbarrier_init(&smem.header().v_full[stage], 1);
-      mbarrier_init(&smem.header().k_empty[stage], 128 * kNumConsumerWarpgroups);
-      mbarrier_init(&smem.header().v_empty[stage], 128 * kNumConsumerWarpgroups);
+      mbarrier_init(&smem.header().k_empty[stage], 128 * kConsumers);
+      mbarrier_init(&smem.header().v_empty[stage], 128 * kConsumers);
     }
     fence_barrier_init();
   }
@@ -35,11 +37,11 @@ __global__ void __launch_bounds__(kNumThreads, 1)
   if (plan.batch_index < 0) return;
 
   if (threadIdx.x < 128) {
-    registers_decrease<kProducerRegisters>();
+    registers_decrease<Roles::kProducerRegisters>();
     if (threadIdx.x == 0) produce(params, smem, plan, kv_head);
   } else {
-    registers_increase<kConsumerRegisters>();
-    consume<Element, kTemperatureLse>(params, smem, plan, kv_head, head_chunk);
+    registers_increase<Roles::kConsumerRegisters>();
+    consume<Element, kTemperatureLse, kConsumers>(params, smem, plan, kv_head, head_chunk);
   }
 }
 

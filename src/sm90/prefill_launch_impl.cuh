@@ -6,9 +6,9 @@
 
 namespace flashmsa::sm90 {
 
-template <typename Element, bool kTemperatureLse>
+template <typename Element, bool kTemperatureLse, int kConsumers>
 cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaStream_t stream) {
-  auto kernel = prefill_kernel<Element, kTemperatureLse>;
+  auto kernel = prefill_kernel<Element, kTemperatureLse, kConsumers>;
   // Opting in to more than 48 KiB of shared memory is needed once per device and kernel.
   static thread_local int configured_device = -1;
   int device = 0;
@@ -21,15 +21,19 @@ cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaS
     configured_device = device;
   }
   const uint32_t shared_bytes = params.smem_layout.bytes + kSharedMemoryAlignmentSlack;
-  kernel<<<grid, kNumThreads, shared_bytes, stream>>>(params);
+  kernel<<<grid, RoleConfig<kConsumers>::kThreads, shared_bytes, stream>>>(params);
   return cudaGetLastError();
 }
 
 template <typename Element>
 cudaError_t launch_prefill(const PrefillParams& params, dim3 grid, bool temperature_lse,
                            cudaStream_t stream) {
-  return temperature_lse ? launch_prefill_variant<Element, true>(params, grid, stream)
-                         : launch_prefill_variant<Element, false>(params, grid, stream);
+  if (params.num_consumer_warpgroups == 1) {
+    return temperature_lse ? launch_prefill_variant<Element, true, 1>(params, grid, stream)
+                           : launch_prefill_variant<Element, false, 1>(params, grid, stream);
+  }
+  return temperature_lse ? launch_prefill_variant<Element, true, 2>(params, grid, stream)
+                         : launch_prefill_variant<Element, false, 2>(params, grid, stream);
 }
 
 }  // namespace flashmsa::sm90
