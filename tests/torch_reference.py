@@ -18,6 +18,10 @@ SCALES_PER_ROW = 8  # NVFP4: one E4M3 scale per 16 of the 128 elements of a row
 # E2M1 magnitudes by their 3 low bits; bit 3 is the sign (contract section 6).
 _E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
+# Requests are evaluated together in one chunk while their keys span at most this many (every
+# row of a chunk is scored against the whole span).
+_MERGE_SPAN = 512
+
 # Bounds of contract section 7.
 MAX_ABS_ERROR = 2.5e-2
 MAX_REL_L2_ERROR = 1e-2
@@ -93,7 +97,8 @@ def dequantize_kv(x, scale_bytes=None, paged=False):
 def reference_msa(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, causal=False,
                   softmax_scale=None, page_table=None, seqused_k=None, k_scale=None,
                   v_scale=None, k_global_scale=None, v_global_scale=None, q_offset=None,
-                  lse_temperature_scale=1.0, *, query_rows=None, compute_dtype=torch.float64):
+                  lse_temperature_scale=1.0, *, query_rows=None, compute_dtype=torch.float64,
+                  rows_per_chunk=None):
     """Contract sections 4-6, evaluated directly. Returns float64 (out, lse, lse_t); fp32 for
     a low-precision compute_dtype.
 
@@ -103,30 +108,22 @@ def reference_msa(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, causal=
     baseline of its tighter bound: as a GPU matmul in that dtype does, products accumulate in
     fp32 and the scores, probabilities and output are rounded to q's dtype.
 
-    Each request is evaluated densely against its own keys, with a mask built from the
-    selection rules: simple to audit, and cheap for the lengths tests use. Sequence lengths and
-    offsets are read on the host.
+    Every query row is scored densely against all keys of its request, and a mask built from
+    the selection rules keeps the readable ones: simple to audit. The keys of all requests are
+    first laid end to end, so that a chunk of rows may span many small requests (a row masks
+    the other requests' keys). Sequence lengths and offsets are read on the host. Chunks keep
+    the scores near 2^24 elements, or hold rows_per_chunk rows when given (for GPUs).
     """
     device = q.device
-    paged = page_table is not None
     total_q, num_qo_heads, head_dim = q.shape
     num_kv_heads = q2k_indices.shape[0]
     group_size = num_qo_heads // num_kv_heads
-    batch_size = cu_seqlens_q.numel() - 1
 
-    # K/V in float32 hold every supported storage format exactly.
-    k_values = dequantize_kv(k, k_scale, paged)
-    v_values = dequantize_kv(v, v_scale, paged)
-
+    keys = _KeyTable(k, v, k_scale, v_scale, cu_seqlens_k, page_table, seqused_k)
     cu_q = cu_seqlens_q.tolist()
-    if paged:
-        seqlen_k = seqused_k.tolist()
-        table = page_table.to(device=device, dtype=torch.int64)
-    else:
-        cu_k = cu_seqlens_k.tolist()
-        seqlen_k = [cu_k[b + 1] - cu_k[b] for b in range(batch_size)]
+    batch_size = len(cu_q) - 1
     if q_offset is None:
-        first_position = [seqlen_k[b] - (cu_q[b + 1] - cu_q[b]) for b in range(batch_size)]
+        first_position = [keys.seqlen_k[b] - (cu_q[b + 1] - cu_q[b]) for b in range(batch_size)]
     elif isinstance(q_offset, int):
         first_position = [q_offset] * batch_size
     else:
@@ -138,6 +135,7 @@ def reference_msa(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, causal=
     def rounded(x):
         return x if compute_dtype == work_dtype else x.to(compute_dtype).to(work_dtype)
 
+    k_all, v_all = keys.k.to(work_dtype), keys.v.to(work_dtype)  # (Hkv, all keys, D)
     scale = head_dim ** -0.5 if softmax_scale is None else float(softmax_scale)
     scale *= 1.0 if k_global_scale is None else float(k_global_scale)
     v_factor = 1.0 if v_global_scale is None else float(v_global_scale)
@@ -151,87 +149,152 @@ def reference_msa(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, causal=
     out = torch.zeros(num_rows, num_qo_heads, head_dim, dtype=work_dtype, device=device)
     lse = torch.full((num_rows, num_qo_heads), -math.inf, dtype=work_dtype, device=device)
     lse_t = lse.clone()
-    request_of_row = torch.searchsorted(
-        torch.tensor(cu_q[1:], device=device), rows_all, right=True)
+    if num_rows == 0:
+        return out, lse, lse_t
 
-    for b in range(batch_size):
-        slots = (request_of_row == b).nonzero().squeeze(1)  # positions in the output
-        if slots.numel() == 0:
-            continue
+    # Rows sorted by request, so that a chunk is a run of consecutive requests.
+    request_cpu = torch.searchsorted(torch.tensor(cu_q[1:]), rows_all.cpu(), right=True)
+    order_cpu = torch.argsort(request_cpu, stable=True)
+    sorted_request = request_cpu[order_cpu].tolist()
+    order = order_cpu.to(device)
+    request_of = torch.tensor(sorted_request, device=device)
+    first_position_of = torch.tensor(first_position, device=device)[request_of]
+    local_of = rows_all[order] - torch.tensor(cu_q, device=device)[request_of]
+
+    requests, run_lengths = torch.unique_consecutive(request_cpu[order_cpu], return_counts=True)
+    run_ends = torch.cumsum(run_lengths, 0).tolist()
+    runs = [(request, end - length, end) for request, length, end in
+            zip(requests.tolist(), run_lengths.tolist(), run_ends)]
+    for begin, end in _chunks(runs, keys, num_qo_heads, rows_per_chunk):
+        slots = order[begin:end]  # positions in the output
         rows = rows_all[slots]
-        # Blocks that exist for this request: those holding keys < seqlen_k, and on the paged
-        # path only those the page table has a column for.
-        num_blocks = -(-seqlen_k[b] // BLOCK_SIZE)
-        if paged:
-            num_blocks = min(num_blocks, table.shape[1])
-        if num_blocks <= 0:
-            continue  # no keys: out stays 0 and lse -inf
-        keys, block_ok = _request_keys(k_values, v_values, b, num_blocks, paged,
-                                       table if paged else None, cu_k[b] if not paged else 0)
-        k_request, v_request = (x.to(work_dtype) for x in keys)  # (Hkv, keys, D)
-        num_keys = min(seqlen_k[b], num_blocks * BLOCK_SIZE)
-        k_request, v_request = k_request[:, :num_keys], v_request[:, :num_keys]
-        key_position = torch.arange(num_keys, device=device)
+        request = request_of[begin:end]
+        key_begin = keys.start[sorted_request[begin]]
+        key_end = keys.start[sorted_request[end - 1]] + keys.count[sorted_request[end - 1]]
+        span = slice(key_begin, key_end)
+        if key_end == key_begin:
+            continue  # no keys at all: out stays 0 and lse -inf
+        key_block = keys.block[span]  # request-local block of every key in the span
 
-        # Scores of a chunk take Hkv * rows * G * keys elements: keep them near 2^24.
-        rows_per_chunk = max(1, (1 << 24) // max(1, num_kv_heads * group_size * num_keys))
-        for start in range(0, rows.numel(), rows_per_chunk):
-            chunk_slots = slots[start:start + rows_per_chunk]
-            chunk_rows = rows[start:start + rows_per_chunk]
-            selected = _selected_blocks(q2k_indices[:, chunk_rows, :], num_blocks) & block_ok
-            readable = selected.repeat_interleave(BLOCK_SIZE, dim=-1)[..., :num_keys]
-            if causal:
-                position = first_position[b] + (chunk_rows - cu_q[b])
-                readable = readable & (key_position <= position.unsqueeze(1))
-            readable = readable.unsqueeze(2)  # (Hkv, R, 1, keys)
+        # A key is readable iff it belongs to the row's request, its block is selected and
+        # exists (section 4), and, when causal, it is not after the row's position (section 5).
+        selected = _selected_blocks(q2k_indices[:, rows, :], keys.max_blocks)
+        readable = selected.gather(-1, key_block.expand(num_kv_heads, rows.numel(), -1))
+        readable &= keys.request[span] == request.unsqueeze(1)
+        readable &= keys.block_ok[span]
+        if causal:
+            position = first_position_of[begin:end] + local_of[begin:end]
+            readable &= keys.position[span] <= position.unsqueeze(1)
+        readable = readable.unsqueeze(2)  # (Hkv, R, 1, keys)
 
-            # Query head hq belongs to KV head hq // G.
-            num_r = chunk_rows.numel()
-            q_chunk = q[chunk_rows].to(work_dtype).view(num_r, num_kv_heads, group_size,
-                                                           head_dim).permute(1, 0, 2, 3)
-            scores = rounded(torch.einsum("hrgd,hkd->hrgk", q_chunk, k_request)) * scale
-            scores = scores.masked_fill(~readable, -math.inf)
-            row_lse = torch.logsumexp(scores, dim=-1)  # -inf where the row reads nothing
-            row_lse_t = torch.logsumexp(scores * temperature, dim=-1)
-            probabilities = torch.exp(scores - row_lse.unsqueeze(-1))
-            probabilities = rounded(torch.nan_to_num(probabilities, nan=0.0))  # nan: reads nothing
-            row_out = rounded(torch.einsum("hrgk,hkd->hrgd", probabilities, v_request) * v_factor)
+        # Query head hq belongs to KV head hq // G.
+        count = rows.numel()
+        q_rows = q[rows].to(work_dtype).view(count, num_kv_heads, group_size, head_dim)
+        scores = rounded(torch.einsum("rhgd,hkd->hrgk", q_rows, k_all[:, span])) * scale
+        scores = scores.masked_fill(~readable, -math.inf)
+        row_lse = torch.logsumexp(scores, dim=-1)  # -inf where the row reads nothing
+        row_lse_t = torch.logsumexp(scores * temperature, dim=-1)
+        # exp(-inf - (-inf)) is NaN in rows that read nothing: their probabilities are 0.
+        probabilities = rounded(torch.nan_to_num(torch.exp(scores - row_lse.unsqueeze(-1))))
+        row_out = rounded(torch.einsum("hrgk,hkd->hrgd", probabilities, v_all[:, span])
+                          * v_factor)
 
-            out[chunk_slots] = row_out.permute(1, 0, 2, 3).reshape(num_r, num_qo_heads, head_dim)
-            lse[chunk_slots] = row_lse.permute(1, 0, 2).reshape(num_r, num_qo_heads)
-            lse_t[chunk_slots] = row_lse_t.permute(1, 0, 2).reshape(num_r, num_qo_heads)
+        out[slots] = row_out.permute(1, 0, 2, 3).reshape(count, num_qo_heads, head_dim)
+        lse[slots] = row_lse.permute(1, 0, 2).reshape(count, num_qo_heads)
+        lse_t[slots] = row_lse_t.permute(1, 0, 2).reshape(count, num_qo_heads)
     return out, lse, lse_t
 
 
+class _KeyTable:
+    """The keys every request may read, laid end to end: request b owns entries
+    start[b] .. start[b] + count[b], its request-local positions 0 .. count[b] - 1.
+
+    k and v are (Hkv, all keys, D) float32; per key: request, position, block, and block_ok
+    (False where a page-table entry is not a page: such a block reads nothing, the library's
+    choice where the contract is silent). On the paged path only blocks the page table has a
+    column for exist.
+    """
+
+    def __init__(self, k, v, k_scale, v_scale, cu_seqlens_k, page_table, seqused_k):
+        device = k.device
+        paged = page_table is not None
+        # K/V in float32 hold every supported storage format exactly.
+        k_values = dequantize_kv(k, k_scale, paged)
+        v_values = dequantize_kv(v, v_scale, paged)
+        if paged:
+            self.seqlen_k = seqused_k.tolist()
+            max_pages = page_table.shape[1]
+            self.count = [max(0, min(length, max_pages * BLOCK_SIZE)) for length in self.seqlen_k]
+        else:
+            cu_k = cu_seqlens_k.tolist()
+            self.seqlen_k = [end - begin for begin, end in zip(cu_k[:-1], cu_k[1:])]
+            self.count = [max(0, length) for length in self.seqlen_k]
+        self.start = [0]
+        for count in self.count:
+            self.start.append(self.start[-1] + count)
+        self.max_blocks = max([-(-count // BLOCK_SIZE) for count in self.count] + [0])
+
+        counts = torch.tensor(self.count, device=device)
+        self.request = torch.repeat_interleave(torch.arange(len(self.count), device=device), counts)
+        starts = torch.tensor(self.start[:-1], device=device)
+        self.position = torch.arange(self.start[-1], device=device) - starts[self.request]
+        self.block = self.position // BLOCK_SIZE
+        if paged:
+            table = page_table.to(device=device, dtype=torch.int64)
+            page = table[self.request, self.block]
+            self.block_ok = (page >= 0) & (page < k.shape[0])
+            page = torch.where(self.block_ok, page, 0)
+            token = self.position % BLOCK_SIZE
+            self.k, self.v = (x[page, :, token].transpose(0, 1) for x in (k_values, v_values))
+        else:
+            self.block_ok = torch.ones_like(self.position, dtype=torch.bool)
+            key_row = torch.tensor(cu_k[:-1], device=device)[self.request] + self.position
+            self.k, self.v = (x[key_row].transpose(0, 1) for x in (k_values, v_values))
+
+
+def _chunks(runs, keys, num_qo_heads, rows_per_chunk):
+    """[begin, end) ranges of the sorted rows. runs: (request, begin, end) of each request's
+    rows. Whole requests go together while they span at most _MERGE_SPAN keys, the scores (rows x Hq x span) stay within budget and the
+    rows within rows_per_chunk; a request too big alone is split on its own."""
+    largest = max(keys.count + [1])
+    budget = (1 << 24) if rows_per_chunk is None else rows_per_chunk * num_qo_heads * largest
+    max_rows = rows_per_chunk or math.inf
+    current = None  # (begin, end, first request) of the chunk being filled
+    for request, run_begin, run_end in runs:
+        if current is not None:
+            begin, _, first = current
+            span = keys.start[request] + keys.count[request] - keys.start[first]
+            if (span <= _MERGE_SPAN and (run_end - begin) * num_qo_heads * span <= budget
+                    and run_end - begin <= max_rows):
+                current = (begin, run_end, first)
+                continue
+            yield current[:2]
+            current = None
+        rows = run_end - run_begin
+        cost = rows * num_qo_heads * max(keys.count[request], 1)
+        if cost <= budget and rows <= max_rows:
+            current = (run_begin, run_end, request)
+            continue
+        per_chunk = max(1, min(max_rows, budget // (num_qo_heads * max(keys.count[request], 1))))
+        for begin in range(run_begin, run_end, per_chunk):
+            yield begin, min(begin + per_chunk, run_end)
+    if current is not None:
+        yield current[:2]
+
+
 def _selected_blocks(ids, num_blocks):
-    """Section 4 rules 1-3 on (Hkv, R, topk) ids -> (Hkv, R, num_blocks) bool."""
+    """Section 4 rules 1-3 on (Hkv, R, topk) ids -> (Hkv, R, num_blocks) bool: block j is
+    selected iff it is in the list before its first negative entry and j < num_blocks (ids of
+    blocks a request lacks are masked by the caller, whose keys do not exist)."""
     ids = ids.to(torch.int64)
     # The first negative entry ends the list ...
     before_end = torch.cumprod((ids >= 0).to(torch.int64), dim=-1).bool()
-    # ... ids past the request's blocks select nothing ...
+    # ... ids past every block select nothing ...
     valid = before_end & (ids < num_blocks)
     # ... and the rest form a set (scattering a repeated id twice is the same as once).
     selected = torch.zeros(*ids.shape[:2], num_blocks + 1, dtype=torch.bool, device=ids.device)
     selected.scatter_(-1, torch.where(valid, ids, num_blocks), True)
     return selected[..., :num_blocks]
-
-
-def _request_keys(k_values, v_values, b, num_blocks, paged, table, first_key):
-    """The request's K and V as (Hkv, num_blocks * 128, D) (flat: its rows, up to its length),
-    and which blocks may be read at all: a page-table entry that is not a page reads nothing,
-    the library's choice where the contract is silent."""
-    device = k_values.device
-    if not paged:
-        length = num_blocks * BLOCK_SIZE
-        keys = tuple(x[first_key:first_key + length].transpose(0, 1)
-                     for x in (k_values, v_values))
-        return keys, torch.ones(num_blocks, dtype=torch.bool, device=device)
-    pages = table[b, :num_blocks]
-    page_ok = (pages >= 0) & (pages < k_values.shape[0])
-    pages = torch.where(page_ok, pages, 0)
-    keys = tuple(x[pages].permute(1, 0, 2, 3).reshape(x.shape[1], num_blocks * BLOCK_SIZE, x.shape[-1])
-                 for x in (k_values, v_values))
-    return keys, page_ok
 
 
 # ---------------------------------------------------------------------------------------------

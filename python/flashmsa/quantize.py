@@ -3,6 +3,7 @@
     k_fp8, k_global_scale = quantize_fp8(k)            # pass k_global_scale= to the call
     k_packed, k_scale = quantize_nvfp4(k)              # flat (total_k, Hkv, D) -> uint8 + scales
     k_packed, k_scale = quantize_nvfp4(k_pages, paged=True)
+    k_values = dequantize_kv(k_packed, k_scale)         # back to float32, exactly as stored
 
 NVFP4 stores two E2M1 values per byte (low nibble = even element) and one E4M3 scale per 16
 consecutive elements of a row, in the swizzled 128x4 layout whose row is token * Hkv + head
@@ -16,6 +17,8 @@ NVFP4_GROUP = 16  # elements sharing one scale
 BLOCK_SIZE = 128
 
 _E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+# Midpoints between neighbouring magnitudes: bucketize against them rounds to the nearest.
+_E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 
 
 def quantize_fp8(x, global_scale=None):
@@ -36,6 +39,15 @@ def swizzled_scale_offsets(rows, cols, cols_per_row):
     column_groups = (cols_per_row + 3) // 4
     return (((rows // 128) * column_groups + cols // 4) * 512 + (rows % 32) * 16
             + ((rows % 128) // 32) * 4 + cols % 4)
+
+
+def _scale_offsets(shape, paged, device):
+    """Byte offset of the scale of every (token, head, group of 16) of a K/V of `shape`
+    (the logical shape, last dim D)."""
+    rows = _scale_rows(shape, paged, device)
+    cols_per_row = shape[-1] // NVFP4_GROUP
+    cols = torch.arange(cols_per_row, device=device)
+    return swizzled_scale_offsets(rows.unsqueeze(-1), cols, cols_per_row)
 
 
 def _scale_rows(shape, paged, device):
@@ -64,18 +76,32 @@ def quantize_nvfp4(x, paged=False):
     scale = (amax / E2M1_MAX).clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
     scale_value = scale.float()
     scaled = torch.where(scale_value > 0, groups / scale_value, torch.zeros_like(groups))
-    magnitudes = torch.tensor(_E2M1_MAGNITUDES, device=x.device)
-    code = (scaled.abs().unsqueeze(-1) - magnitudes).abs().argmin(-1)
+    midpoints = torch.tensor(_E2M1_MIDPOINTS, device=x.device)
+    code = torch.bucketize(scaled.abs(), midpoints)
     code = code | ((scaled < 0).long() << 3)
     code = code.reshape(*x.shape).to(torch.uint8)
     packed = code[..., 0::2] | (code[..., 1::2] << 4)
 
-    rows = _scale_rows(x.shape, paged, x.device)
-    num_rows = rows.numel()
-    cols_per_row = head_dim // NVFP4_GROUP
+    num_rows = x[..., 0].numel()
     padded_rows = -(-num_rows // 128) * 128
-    table = torch.zeros(padded_rows * cols_per_row, dtype=torch.uint8, device=x.device)
-    cols = torch.arange(cols_per_row, device=x.device)
-    offsets = swizzled_scale_offsets(rows.unsqueeze(-1), cols, cols_per_row)
-    table[offsets.reshape(-1)] = scale.view(torch.uint8).reshape(-1)
+    table = torch.zeros(padded_rows * (head_dim // NVFP4_GROUP), dtype=torch.uint8,
+                        device=x.device)
+    table[_scale_offsets(x.shape, paged, x.device).reshape(-1)] = scale.view(torch.uint8).reshape(-1)
     return packed.contiguous(), table
+
+
+def dequantize_kv(x, scale=None, paged=None):
+    """Stored K or V -> float32, exactly: bf16/fp16/fp8 convert; packed NVFP4 (uint8) needs its
+    swizzled scale bytes, and whether it is paged (4-D) or flat (3-D, the default by rank)."""
+    if x.dtype != torch.uint8:
+        return x.float()
+    if scale is None:
+        raise ValueError("NVFP4 (uint8) K/V needs its block scales")
+    paged = x.dim() == 4 if paged is None else paged
+    magnitudes = torch.tensor(_E2M1_MAGNITUDES, device=x.device)
+    table = torch.cat([magnitudes, -magnitudes])  # code bit 3 is the sign
+    # The low nibble is the even element.
+    values = torch.stack((table[(x & 0xF).long()], table[(x >> 4).long()]), -1).flatten(-2)
+    offsets = _scale_offsets(values.shape, paged, x.device)
+    scales = scale.reshape(-1).view(torch.uint8)[offsets].view(torch.float8_e4m3fn).float()
+    return values * scales.repeat_interleave(NVFP4_GROUP, dim=-1)
