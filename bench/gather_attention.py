@@ -73,13 +73,13 @@ def gather_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, caus
         if paged:
             # Dropped slots hold id 0, whose page entry may be garbage: clamp, they are masked.
             page = page_table.long()[request[:, None, None], ids].clamp(0, k.shape[0] - 1)
-            kc = k[page, heads].reshape(n, num_kv_heads, keys, head_dim)
-            vc = v[page, heads].reshape(n, num_kv_heads, keys, head_dim)
+            kc = _gather(k, page, heads, BLOCK).reshape(n, num_kv_heads, keys, head_dim)
+            vc = _gather(v, page, heads, BLOCK).reshape(n, num_kv_heads, keys, head_dim)
         else:
             row = cu_seqlens_k.long()[request][:, None, None, None] + pos
             row = row.clamp(0, k.shape[0] - 1).reshape(n, num_kv_heads, keys)
-            kc = k[row, heads]
-            vc = v[row, heads]
+            kc = _gather(k, row, heads, 1)
+            vc = _gather(v, row, heads, 1)
         qc = q[r].reshape(n, num_kv_heads, group, head_dim).to(compute_dtype)
         s = torch.matmul(qc, kc.to(compute_dtype).transpose(-1, -2)).to(stat_dtype) * scale
         s = s.masked_fill(~visible, -math.inf)              # (n, Hkv, G, keys)
@@ -94,3 +94,15 @@ def gather_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, caus
         lse_t[start:start + n] = torch.logsumexp(s * lse_temperature_scale, dim=-1).reshape(
             n, num_qo_heads)
     return out, lse, lse_t
+
+
+def _gather(x, first, heads, rows_per_entry):
+    """x[first, heads] for x (N, Hkv, [128,] D): contiguous x through one index_select of whole
+    (head, page) or (token, head) rows, which moves data at copy speed; any other strides (packed
+    or permuted caches) through advanced indexing."""
+    if not x.is_contiguous():
+        return x[first, heads]
+    num_kv_heads = x.shape[1]
+    flat = (first * num_kv_heads + heads).reshape(-1)
+    rows = x.view(-1, rows_per_entry * x.shape[-1]).index_select(0, flat)
+    return rows.view(*first.shape, *x.shape[2:])

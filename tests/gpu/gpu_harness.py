@@ -198,7 +198,8 @@ def rows_as_requests(case, rows):
     Needs total_k a multiple of 128."""
     kw = case.cpu
     total_k, num_kv_heads, head_dim = kw["k"].shape
-    assert total_k % 128 == 0 and kw["cu_seqlens_q"].numel() == 2, case.name
+    assert total_k % 128 == 0 and kw["cu_seqlens_q"].numel() == 2, (
+        f"[{case.name}] rows_as_requests needs one request and total_k a multiple of 128")
     rows = rows.cpu()
     num_rows = rows.numel()
     pages = total_k // 128

@@ -166,7 +166,7 @@ def test_q2k_token_major_view(dtype):
     case = make_case(name, [130, 70], [2200, 800], 16, 4, 16, True, dtype=dtype, seed=20)
     token_major = case.gpu["q2k_indices"].permute(1, 0, 2).contiguous()
     view = token_major.permute(1, 0, 2)
-    assert not view.is_contiguous()
+    assert not view.is_contiguous(), f"[{name}] the q2k view should not be contiguous"
     case.with_gpu(q2k_indices=view)
     check_gpu_result(case, run_gpu(case))
 
@@ -181,7 +181,7 @@ def test_q_slice_of_fused_qkv(dtype):
     fused = torch.randn(total_q, hq + 4, dim, device=DEVICE).div_(3).to(dtype)
     fused[:, :hq] = q
     view = fused[:, :hq]
-    assert view.stride(0) == (hq + 4) * dim
+    assert view.stride(0) == (hq + 4) * dim, f"[{name}] q is not a strided slice"
     case.with_gpu(q=view)
     check_gpu_result(case, run_gpu(case))
 
