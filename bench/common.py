@@ -231,6 +231,22 @@ def print_table(rows: list, columns: list, title: str) -> None:
         print("  ".join(x.rjust(w) for x, w in zip(c, widths)))
 
 
+def sampled_error(flashmsa, out: torch.Tensor, call: dict, count: int = 256) -> float:
+    """Relative L2 error of `out` on a random sample of rows against flashmsa.reference's fp64
+    evaluation of the same call: a fast wrong kernel must not land in a table unflagged."""
+    rows = torch.randperm(out.shape[0], device=out.device)[:count]
+    ref, _, _ = flashmsa.reference.evaluate_rows(**call, rows=rows)
+    got = out[rows].double()
+    if not bool(torch.isfinite(got).all()):
+        return math.inf
+    return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def check_note(rel_l2: float) -> str:
+    """Contract section 7's relative bound on the sampled rows."""
+    return "" if rel_l2 < 1e-2 else f"CHECK FAILED (sampled rel L2 {rel_l2:.2e})"
+
+
 def free_memory(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()

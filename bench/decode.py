@@ -19,7 +19,6 @@ import torch
 
 from . import common
 from .common import HEAD_DIM, time_calls
-from .gather_attention import gather_attention
 from .selection import BLOCK, kv_bytes, select
 
 PAGE_BYTES_PER_HEAD = 2 * BLOCK * HEAD_DIM * 2   # K + V of one page of one KV head, bf16
@@ -144,15 +143,12 @@ def run_case(case, cache, heads, flashmsa, args, seed):
     t = time_calls(fns, device, args.reps, args.warmup, graph=True)
 
     s = sets[0]
-    rows = torch.randperm(total_q, device=device)[:256]
-    ref, _, _ = gather_attention(s["q"], cache.k, cache.v, s["q2k"], cu_q, causal=True,
-                                 page_table=s["table"], seqused_k=seqused,
-                                 compute_dtype=torch.float32, rows=rows, selection=sel)
-    got = s["out"][rows].float()
-    rel = ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    rel = common.sampled_error(flashmsa, s["out"], dict(
+        q=s["q"], k=cache.k, v=cache.v, q2k_indices=s["q2k"], cu_seqlens_q=cu_q, causal=True,
+        page_table=s["table"], seqused_k=seqused))
     return dict(time_us=t.seconds * 1e6, reps=t.reps, method=t.method, sets=n_sets,
                 kv_bytes=nbytes, GBps=nbytes / t.seconds / 1e9, check_rel_l2=rel,
-                note="" if rel < 1e-2 and torch.isfinite(got).all() else "CHECK FAILED")
+                note=common.check_note(rel))
 
 
 def meets(target: str, r: dict):
@@ -183,6 +179,7 @@ def main():
         args.reps = min(args.reps, 3)
     flashmsa = common.import_flashmsa()
     import flashmsa.patterns  # noqa: F401 - make_q2k
+    import flashmsa.reference  # noqa: F401 - evaluate_rows
     env = common.environment(args.device)
     print(f"decode bench: {env}", flush=True)
     ceilings = common.measure_ceilings(args.device, args.reps)

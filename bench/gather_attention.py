@@ -27,13 +27,10 @@ _CHUNK_BYTES = 1 << 30
 def gather_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, causal=False,
                      softmax_scale=None, page_table=None, seqused_k=None, k_global_scale=None,
                      v_global_scale=None, q_offset=None, lse_temperature_scale=1.0,
-                     compute_dtype=None, rows=None, selection=None):
-    """Returns (out, lse, lse_t) for the query rows `rows` (a LongTensor; None = all rows).
-
-    out is (n, Hq, D) in compute_dtype (default: q's dtype); lse and lse_t are float32 (n, Hq),
-    in compute_dtype's precision when that is float64. A row that reads nothing gets out = 0 and
-    lse = -inf. `selection` may pass a precomputed selection.Selection of the whole call.
-    """
+                     compute_dtype=None):
+    """Returns (out, lse, lse_t): out (total_q, Hq, D) in compute_dtype (default: q's dtype),
+    lse and lse_t float32 (total_q, Hq) (float64 when compute_dtype is). A row that reads
+    nothing gets out = 0 and lse = -inf."""
     compute_dtype = compute_dtype or q.dtype
     total_q, num_qo_heads, head_dim = q.shape
     num_kv_heads, _, topk = q2k_indices.shape
@@ -43,26 +40,22 @@ def gather_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, caus
     scale *= 1.0 if k_global_scale is None else k_global_scale
     v_scale = 1.0 if v_global_scale is None else v_global_scale
     seqlens_k = seqused_k if paged else cu_seqlens_k[1:] - cu_seqlens_k[:-1]
-    if selection is None:
-        selection = select(q2k_indices, cu_seqlens_q, seqlens_k, causal, q_offset,
-                           max_pages=page_table.shape[1] if paged else None)
-    if rows is None:
-        rows = torch.arange(total_q, device=q.device)
-    rows = rows.to(q.device)
+    selection = select(q2k_indices, cu_seqlens_q, seqlens_k, causal, q_offset,
+                       max_pages=page_table.shape[1] if paged else None)
 
     keys = topk * BLOCK
     stat_dtype = torch.float64 if compute_dtype == torch.float64 else torch.float32
-    out = torch.empty(rows.numel(), num_qo_heads, head_dim, dtype=compute_dtype, device=q.device)
-    lse = torch.empty(rows.numel(), num_qo_heads, dtype=stat_dtype, device=q.device)
+    out = torch.empty(total_q, num_qo_heads, head_dim, dtype=compute_dtype, device=q.device)
+    lse = torch.empty(total_q, num_qo_heads, dtype=stat_dtype, device=q.device)
     lse_t = torch.empty_like(lse)
     elem = torch.finfo(compute_dtype).bits // 8
     chunk = max(1, _CHUNK_BYTES // (2 * num_kv_heads * keys * head_dim * max(elem, 2)))
     offsets = torch.arange(BLOCK, device=q.device)
     heads = torch.arange(num_kv_heads, device=q.device)[None, :, None]
 
-    for start in range(0, rows.numel(), chunk):
-        r = rows[start:start + chunk]
-        n = r.numel()
+    for start in range(0, total_q, chunk):
+        r = slice(start, min(total_q, start + chunk))
+        n = r.stop - r.start
         ids = selection.ids[:, r].permute(1, 0, 2)          # (n, Hkv, topk)
         keep = selection.keep[:, r].permute(1, 0, 2)
         request = selection.request[r]
@@ -89,9 +82,9 @@ def gather_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, caus
         o = torch.matmul(p.to(compute_dtype), vc.to(compute_dtype))
         if v_scale != 1.0:
             o = (o.to(stat_dtype) * v_scale).to(compute_dtype)
-        out[start:start + n] = o.reshape(n, num_qo_heads, head_dim)
-        lse[start:start + n] = row_lse.reshape(n, num_qo_heads)
-        lse_t[start:start + n] = torch.logsumexp(s * lse_temperature_scale, dim=-1).reshape(
+        out[r] = o.reshape(n, num_qo_heads, head_dim)
+        lse[r] = row_lse.reshape(n, num_qo_heads)
+        lse_t[r] = torch.logsumexp(s * lse_temperature_scale, dim=-1).reshape(
             n, num_qo_heads)
     return out, lse, lse_t
 

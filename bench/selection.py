@@ -2,9 +2,9 @@
 
 The contract's section 4 turns each row q2k[h, t, :] into a *set* of blocks (first negative
 entry ends the list, ids past the request's last block are ignored, duplicates count once).
-Everything the benchmarks count (useful FLOPs, KV bytes, union sizes) and the gather-based
-evaluation start from that set, so it is computed here once, vectorised, with no host loop
-over tokens: at S = 131072 a Python loop would take longer than every kernel measured.
+The benchmarks' KV bytes, union sizes, FlexAttention block masks and the gather baseline start
+from that set, so it is computed here once, vectorised, with no host loop over tokens (useful
+FLOPs come from flashmsa.reference.keys_read, as in `python -m flashmsa bench`).
 """
 from __future__ import annotations
 
@@ -31,12 +31,6 @@ class Selection:
     keep: torch.Tensor
     limit: torch.Tensor
     request: torch.Tensor
-
-    def keys_per_block(self) -> torch.Tensor:
-        """(Hkv, total_q, topk) int64: how many keys of each kept block the row reads."""
-        start = self.ids * BLOCK
-        count = (self.limit[None, :, None] - start).clamp(0, BLOCK)
-        return torch.where(self.keep, count, torch.zeros_like(count))
 
 
 def request_of_rows(cu_seqlens_q: torch.Tensor, total_q: int) -> torch.Tensor:
@@ -88,12 +82,6 @@ def select(q2k: torch.Tensor, cu_seqlens_q: torch.Tensor, seqlens_k: torch.Tenso
     keep = alive & first
     ids = torch.where(keep, ids, torch.zeros_like(ids))
     return Selection(ids=ids, keep=keep, limit=limit, request=request)
-
-
-def useful_flops(sel: Selection, num_qo_heads: int, head_dim: int = 128) -> int:
-    """Contract section 10: 4 * D * sum over (query row, query head) of the keys it reads."""
-    group = num_qo_heads // sel.ids.shape[0]
-    return int(sel.keys_per_block().sum().item()) * 4 * head_dim * group
 
 
 def distinct_blocks(group_of_row: torch.Tensor, sel: Selection, num_groups: int) -> torch.Tensor:
