@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -159,8 +159,7 @@ class Runner:
                                    budget_s=budget)
                     self.row(case, impl, flops, t)
                 elif impl.startswith("sdpa"):
-                    dense = Case(case.name, case.group, case.pattern, case.seqlen_q,
-                                 KEYS_PER_QUERY, case.num_qo_heads, case.num_kv_heads, case.topk)
+                    dense = replace(case, seqlen_k=KEYS_PER_QUERY)
                     fns, dense_flops, note = sdpa_equal_work(
                         impl, case.seqlen_q, KEYS_PER_QUERY, case.num_qo_heads,
                         case.num_kv_heads, device, common.rotation_sets(set_bytes(dense), device))
