@@ -1,23 +1,22 @@
 """The contract's cases on CUDA tensors, each compared with the CPU backend and the fp64
-reference within section 7 (tighter bound included), for bf16 and fp16 q with same-dtype K/V."""
+reference within section 7 (tighter bound included), for bf16 and fp16 q with same-dtype K/V.
+The case list of the CPU suite (tests/python/test_cpu_backend.py) is imported, not copied."""
 import math
 
 import pytest
 import torch
 
 import flashmsa
+import test_cpu_backend
 from gpu_harness import (DEVICE, DTYPES, assert_bitwise, check_gpu_result, dtype_id, make_case,
                          run_cpu_backend, run_gpu, synchronize)
 
-# (B, Hq, Hkv, topk, q lens, k lens, causal): the foundation issue's list.
-ISSUE2_CASES = [
-    (1, 1, 1, 4, [70], [1000], False),
-    (2, 4, 2, 16, [100, 37], [2048, 700], False),
-    (2, 2, 2, 16, [130, 64], [1024, 512], True),
-    (1, 8, 2, 8, [200], [4096], False),
-    (1, 16, 1, 16, [333], [3000], False),
-    (2, 8, 8, 16, [97, 211], [1111, 2222], True),
-]
+# (B, Hq, Hkv, topk, q lens, k lens, causal): the CPU suite's cases (issue 2's list, the
+# MiniMax-M3 head layout at small lengths, group size 3, topk 1 and 64), run here on CUDA.
+ISSUE_CASES = test_cpu_backend.ISSUE_CASES
+# Every pattern in bf16, one in fp16: the cases differ in shape far more than in dtype.
+DTYPE_PATTERNS = [(torch.bfloat16, p) for p in ("random", "clustered", "indexer")] + [
+    (torch.float16, "random")]
 
 # (Hq, Hkv): group sizes 1, 3, 8, 16, 64 and the tensor-parallel shapes of MiniMax-M3
 # (TP 4: Hq 16 / Hkv 1, TP 8: Hq 8 / Hkv 1).
@@ -28,13 +27,16 @@ def _name(prefix, dtype, **parts):
     return "-".join([prefix, dtype_id(dtype)] + [f"{k}{v}" for k, v in parts.items()])
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
-@pytest.mark.parametrize("spec", ISSUE2_CASES, ids=lambda s: "b{}_hq{}_hkv{}_topk{}_{}".format(
+@pytest.mark.parametrize("dtype,pattern", DTYPE_PATTERNS,
+                         ids=[f"{dtype_id(d)}-{p}" for d, p in DTYPE_PATTERNS])
+@pytest.mark.parametrize("spec", ISSUE_CASES, ids=lambda s: "b{}_hq{}_hkv{}_topk{}_{}".format(
     s[0], s[1], s[2], s[3], "causal" if s[6] else "full"))
-def test_issue2_cases(spec, dtype):
+def test_cpu_suite_cases(spec, dtype, pattern):
     _, hq, hkv, topk, lens_q, lens_k, causal = spec
-    name = _name("issue2", dtype, hq=hq, hkv=hkv, topk=topk, q=lens_q, k=lens_k, causal=causal)
-    case = make_case(name, lens_q, lens_k, hq, hkv, topk, causal, dtype=dtype, seed=11)
+    name = _name("cpu_suite_case", dtype, hq=hq, hkv=hkv, topk=topk, q=lens_q, k=lens_k,
+                 causal=causal, pattern=pattern)
+    case = make_case(name, lens_q, lens_k, hq, hkv, topk, causal, dtype=dtype, pattern=pattern,
+                     seed=11 + ISSUE_CASES.index(spec))
     check_gpu_result(case, run_gpu(case))
 
 
