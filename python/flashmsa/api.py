@@ -110,8 +110,8 @@ def _kv_dtypes(q_dtype):
 
 def _validate(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k, k_scale,
               v_scale, q_offset, workspace, out):
-    """Checks of section 8 on metadata only. Returns (batch_size, q_offset as int or None,
-    q_offset tensor or None)."""
+    """Checks of section 8 on metadata only. Returns q_offset split for the op's schema:
+    (the int or None, the tensor or None)."""
     for name, value in (("q", q), ("k", k), ("v", v), ("q2k_indices", q2k_indices),
                         ("cu_seqlens_q", cu_seqlens_q)):
         _require_tensor(name, value)
@@ -441,8 +441,9 @@ def _msa_sparse_attention_op(
     scratch_bytes = _lib.workspace_bytes(args)
     scratch = None
     if scratch_bytes > 0:
-        if workspace_id:
-            scratch = find_workspace(workspace_id).reserve(scratch_bytes)
+        workspace = find_workspace(workspace_id)
+        if workspace is not None:
+            scratch = workspace.reserve(scratch_bytes)
         else:
             # PyTorch's caching allocator, on the current stream: no synchronisation.
             scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=q.device)

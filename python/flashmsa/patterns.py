@@ -198,7 +198,7 @@ def make_q2k(pattern, seqlens_q, seqlens_k, num_kv_heads, topk, causal=True, q_o
     """
     if pattern not in PATTERNS:
         raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
-    if not 1 <= topk:
+    if topk < 1:
         raise ValueError(f"topk must be >= 1, got {topk}")
     rows = _Rows(seqlens_q, seqlens_k, causal, q_offsets, device)
     generator = torch.Generator(device=rows.device)

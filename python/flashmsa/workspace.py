@@ -53,4 +53,6 @@ def _capturing(device):
 
 
 def find_workspace(workspace_id):
-    return _registry[workspace_id]
+    """The workspace of that id, or None (id 0, or a workspace its owner has dropped since a
+    compiled graph recorded its id: the call then takes scratch from the allocator)."""
+    return _registry.get(workspace_id)
