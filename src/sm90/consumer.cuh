@@ -169,8 +169,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
 
   // One block at a time: S = Q K^T, release K, softmax, O += P V, release V. (Overlapping the
   // next block's Q K^T with this block's P V, as FlashAttention-3 does, measured slower here:
-  // this loop is bound by L2 -> shared memory traffic, and holding V a step longer starves the
-  // producer; see docs/performance.md.)
+  // with two stages, holding V a step longer starves the producer; docs/performance.md.)
   const int num_stages = p.smem_layout.num_stages;
   for (int u = plan.slice_begin; u < plan.slice_end; ++u) {
     const int stage = (u - plan.slice_begin) % num_stages;
