@@ -10,47 +10,23 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+sys.path[:0] = [os.path.join(ROOT, "tests"), ROOT]
 import flashmsa  # noqa: E402
-from flashmsa.patterns import make_q2k  # noqa: E402
+from bench.selection import kv_bytes as bench_kv_bytes, select  # noqa: E402
+from flashmsa.cli import build_inputs  # noqa: E402
+from flashmsa.reference import keys_read  # noqa: E402
 from torch_reference import check_close, error_stats, reference_msa  # noqa: E402
 
 HEAD_DIM = 128
 
 
 def make_case(batch, hq, hkv, topk, q_lens, k_lens, causal, pattern="random", dtype=torch.bfloat16,
-              paged=False, seed=0):
-    torch.manual_seed(seed)
-    dev = "cuda"
-    total_q, total_k = sum(q_lens), sum(k_lens)
-    q = (torch.randn(total_q, hq, HEAD_DIM, device=dev) / 3).to(dtype)
-    k = (torch.randn(total_k, hkv, HEAD_DIM, device=dev) / 3).to(dtype)
-    v = (torch.randn(total_k, hkv, HEAD_DIM, device=dev) / 3).to(dtype)
-    cu_q = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device=dev)
-    cu_k = torch.tensor([0] + list(torch.tensor(k_lens).cumsum(0)), dtype=torch.int32, device=dev)
-    q2k = make_q2k(pattern, q_lens, k_lens, hkv, topk, causal=causal, seed=seed, device=dev)
-    args = dict(q=q, k=k, v=v, q2k_indices=q2k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                causal=causal)
-    if paged:
-        # Scatter each request's blocks to random pages.
-        pages_per = [(n + 127) // 128 for n in k_lens]
-        num_pages = sum(pages_per) + 3
-        perm = torch.randperm(num_pages, device=dev)
-        kp = torch.randn(num_pages, hkv, 128, HEAD_DIM, device=dev).to(dtype)
-        vp = torch.randn(num_pages, hkv, 128, HEAD_DIM, device=dev).to(dtype)
-        table = torch.full((batch, max(pages_per)), -1, dtype=torch.int32, device=dev)
-        used = 0
-        for b, n in enumerate(k_lens):
-            for j in range(pages_per[b]):
-                page = perm[used].item()
-                used += 1
-                table[b, j] = page
-                lo, hi = cu_k[b].item() + 128 * j, min(cu_k[b].item() + 128 * j + 128, cu_k[b + 1].item())
-                kp[page, :, : hi - lo] = k[lo:hi].transpose(0, 1)
-                vp[page, :, : hi - lo] = v[lo:hi].transpose(0, 1)
-        args.update(k=kp, v=vp, cu_seqlens_k=None, page_table=table,
-                    seqused_k=torch.tensor(k_lens, dtype=torch.int32, device=dev))
-    return args
+              paged=False, seed=0, device="cuda"):
+    """The call's arguments (randn / 3 data, `pattern` selections), built as the CLI builds them."""
+    assert len(q_lens) == len(k_lens) == batch
+    return build_inputs(list(q_lens), list(k_lens), hq, hkv, topk, pattern, causal, dtype, dtype,
+                        "paged" if paged else "flat", device, seed)
 
 
 def check(name, args, rows=None, **extra):
@@ -68,18 +44,21 @@ def check(name, args, rows=None, **extra):
     return out
 
 
-def useful_flops(q2k, cu_q, cu_k, causal, group_size):
-    """4 * D * sum over (token, q head) of keys read (contract section 10), single request."""
-    hkv, total_q, topk = q2k.shape
-    seqlen_k = (cu_k[1] - cu_k[0]).item()
-    pos = torch.arange(total_q, device=q2k.device) + seqlen_k - total_q
-    limit = (pos + 1).clamp(max=seqlen_k) if causal else torch.full_like(pos, seqlen_k)
-    ids = q2k.long().sort(dim=-1).values
-    first = torch.ones_like(ids, dtype=torch.bool)
-    first[..., 1:] = ids[..., 1:] != ids[..., :-1]
-    keys = (limit.view(1, -1, 1) - 128 * ids).clamp(0, 128)
-    keys = torch.where(first & (ids >= 0), keys, torch.zeros_like(keys))
-    return 4 * HEAD_DIM * group_size * keys.sum().item()
+def useful_flops(args):
+    """Contract section 10: 4 * D * sum over (token, query head) of the keys it reads."""
+    keys = keys_read(args["q2k_indices"], args["cu_seqlens_q"], args.get("cu_seqlens_k"),
+                     args["causal"], args.get("page_table"), args.get("seqused_k"))
+    group_size = args["q"].shape[1] // args["q2k_indices"].shape[0]
+    return 4 * HEAD_DIM * group_size * int(keys.sum().item())
+
+
+def kv_bytes(args):
+    """Contract section 10: K and V bytes of the distinct selected blocks per (request, head)."""
+    seqlens_k = args["seqused_k"] if "seqused_k" in args else args["cu_seqlens_k"].diff()
+    max_pages = args["page_table"].shape[1] if "page_table" in args else None
+    selection = select(args["q2k_indices"], args["cu_seqlens_q"], seqlens_k, args["causal"],
+                       max_pages=max_pages)
+    return bench_kv_bytes(selection, seqlens_k.numel())
 
 
 def time_call(args, reps=20):
@@ -109,19 +88,9 @@ def decode_topk_sweep():
         for topk in (2, 4, 8, 16, 32, 64):
             args = decode_case(batch, 1, 32768, topk=topk)
             seconds = time_graph(args)
-            gbytes = kv_bytes(args["q2k_indices"], args["cu_seqlens_q"], 4)
+            gbytes = kv_bytes(args)
             print(f"sweep b{batch:3d} topk{topk:3d} {seconds * 1e6:9.1f} us "
                   f"{gbytes / seconds / 1e12:6.2f} TB/s", flush=True)
-
-
-def kv_bytes(q2k, cu_q, num_kv_heads):
-    """Distinct selected blocks' K and V bytes per (request, KV head), contract section 10."""
-    total = 0
-    for b in range(cu_q.numel() - 1):
-        ids = q2k[:, cu_q[b]:cu_q[b + 1]].reshape(num_kv_heads, -1)
-        for h in range(num_kv_heads):
-            total += torch.unique(ids[h][ids[h] >= 0]).numel()
-    return total * 2 * 128 * HEAD_DIM * 2
 
 
 def time_graph(args, reps=50):
@@ -168,14 +137,14 @@ def main():
                                   (64, 1, 131072), (32, 8, 32768)):
         args = decode_case(batch, tokens, kv_len)
         seconds = time_graph(args)
-        gbytes = kv_bytes(args["q2k_indices"], args["cu_seqlens_q"], 4)
+        gbytes = kv_bytes(args)
         print(f"decode b{batch:3d} t{tokens} kv{kv_len:6d} {seconds * 1e6:9.1f} us "
               f"{gbytes / seconds / 1e12:6.2f} TB/s", flush=True)
     for s in (8192, 32768):
         for pattern in ("random", "clustered", "indexer"):
             args = make_case(1, 64, 4, 16, [s], [s], True, pattern=pattern)
             seconds = time_call(args)
-            flops = useful_flops(args["q2k_indices"], args["cu_seqlens_q"], args["cu_seqlens_k"], True, 16)
+            flops = useful_flops(args)
             print(f"M3 S{s} {pattern:9s} {seconds * 1e3:8.3f} ms  {flops / seconds / 1e12:7.1f} "
                   f"useful TFLOP/s", flush=True)
 
