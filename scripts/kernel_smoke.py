@@ -93,6 +93,26 @@ def decode_topk_sweep():
                   f"{gbytes / seconds / 1e12:6.2f} TB/s", flush=True)
 
 
+def decode_kernel_times():
+    """Per-kernel device times (torch.profiler) of a few decode calls: the split kernel and the
+    merge kernel apart, to see where a small batch's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+    for batch in (1, 16, 64):
+        args = decode_case(batch, 1, 32768)
+        for _ in range(3):
+            flashmsa.msa_sparse_attention(**args)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                flashmsa.msa_sparse_attention(**args)
+            torch.cuda.synchronize()
+        for event in prof.key_averages():
+            if event.device_type.name == "CUDA" and event.count >= 20:
+                print(f"kernels b{batch:3d} {event.key[:60]:60s} x{event.count} "
+                      f"{event.device_time:8.1f} us avg",
+                      flush=True)
+
+
 def time_graph(args, reps=50):
     flashmsa.msa_sparse_attention(**args)
     torch.cuda.synchronize()
@@ -150,4 +170,9 @@ def main():
 
 
 if __name__ == "__main__":
-    decode_topk_sweep() if sys.argv[1:] == ["--sweep"] else main()
+    if sys.argv[1:] == ["--sweep"]:
+        decode_topk_sweep()
+    elif sys.argv[1:] == ["--kernels"]:
+        decode_kernel_times()
+    else:
+        main()

@@ -60,6 +60,7 @@ struct SmemHeader {
   int32_t tile_num_tokens;
   int32_t request_seqlen_k;
   int32_t request_first_key_row;  // flat path: row of k/v holding the request's key 0
+  int64_t tile_first_position;    // query position (causal) of tile token 0
 };
 
 // Byte offsets from the 1024-aligned base of dynamic shared memory, computed by launch.cu.
@@ -77,16 +78,21 @@ struct SmemLayout {
   uint32_t bytes;                      // total, without the alignment slack
 };
 
-// The kernel's view of its shared memory: a base pointer plus the layout in constant memory,
-// so that no per-buffer pointer occupies registers.
+// The kernel's view of its shared memory: the 1024-aligned base plus a copy of the layout.
+// The copy (not a reference to the __grid_constant__ parameter) lets the compiler read the
+// offsets as constant-bank operands, and the base is derived from the extern __shared__ array
+// by pointer arithmetic, so the compiler knows it is shared memory and emits LDS/STS rather
+// than generic loads and stores.
 struct Smem {
   uint8_t* base;
-  const SmemLayout& layout;
+  SmemLayout layout;
 
   __device__ __forceinline__ SmemHeader& header() const {
     return *reinterpret_cast<SmemHeader*>(base + layout.header);
   }
-  __device__ __forceinline__ uint8_t* q(int warpgroup) const { return base + layout.q[warpgroup]; }
+  __device__ __forceinline__ uint8_t* q(int warpgroup) const {
+    return base + (warpgroup == 0 ? layout.q[0] : layout.q[1]);  // no dynamic index: no stack
+  }
   __device__ __forceinline__ uint8_t* k(int stage) const {
     return base + layout.k + stage * kKvTileBytes;
   }

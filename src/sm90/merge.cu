@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include "sm90/launch_programmatic.h"
 #include "sm90/merge.h"
 
 namespace flashmsa::sm90 {
@@ -41,6 +42,10 @@ __device__ __forceinline__ float log_sum_exp(const float* values, int64_t stride
 
 template <typename Element>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_splits(const MergeParams p) {
+  // Launched as a programmatic dependent of the split kernel: scheduled early, it waits here
+  // until the partials are complete and visible.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= p.total_q * p.num_qo_heads) return;
   const int lane = threadIdx.x % 32;
@@ -79,8 +84,8 @@ cudaError_t launch_merge(const MergeParams& params, cudaStream_t stream) {
   const int64_t rows = params.total_q * params.num_qo_heads;
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks == 0) return cudaSuccess;
-  merge_splits<Element><<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(params);
-  return cudaGetLastError();
+  return launch_programmatic(merge_splits<Element>, dim3(static_cast<unsigned>(blocks)),
+                             dim3(32 * kWarpsPerBlock), 0, stream, params);
 }
 
 template cudaError_t launch_merge<__nv_bfloat16>(const MergeParams&, cudaStream_t);

@@ -18,9 +18,8 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     prefill_kernel(const __grid_constant__ PrefillParams params) {
   using Roles = RoleConfig<kConsumers>;
   extern __shared__ uint8_t shared_memory_raw[];
-  const Smem smem{reinterpret_cast<uint8_t*>(
-                       (reinterpret_cast<uintptr_t>(shared_memory_raw) + 1023) & ~uintptr_t{1023}),
-                   params.smem_layout};
+  const uint32_t misalignment = smem_address(shared_memory_raw) % 1024;
+  const Smem smem{shared_memory_raw + (1024 - misalignment) % 1024, params.smem_layout};
   const int kv_head = blockIdx.y / params.num_head_chunks;
   const int head_chunk = blockIdx.y % params.num_head_chunks;
 
@@ -32,8 +31,17 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
       mbarrier_init(&smem.header().v_empty[stage], 128 * kConsumers);
     }
     fence_barrier_init();
+  } else if (threadIdx.x == 32) {
+    prefetch_tensor_map(&params.tma_k);
+    prefetch_tensor_map(&params.tma_v);
   }
+  // Everything above overlaps the previous kernel's tail (programmatic dependent launch); the
+  // inputs it may have written are read only from here on.
+  wait_for_previous_grid();
   const TilePlan plan = plan_tile(params, smem, blockIdx.x, kv_head);  // ends with a barrier
+  // The merge kernel of a KV split (and the next kernel of the stream) may now be scheduled: it
+  // waits for this grid to complete before it reads anything.
+  allow_next_grid_launch();
   if (plan.batch_index < 0) return;
 
   if (threadIdx.x < 128) {

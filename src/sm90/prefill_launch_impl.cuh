@@ -1,6 +1,7 @@
 // Definition of launch_prefill: picks the kernel variant and launches it (no host sync).
 #pragma once
 
+#include "sm90/launch_programmatic.h"
 #include "sm90/prefill_kernel.cuh"
 #include "sm90/prefill_launch.h"
 
@@ -21,8 +22,8 @@ cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaS
     configured_device = device;
   }
   const uint32_t shared_bytes = params.smem_layout.bytes + kSharedMemoryAlignmentSlack;
-  kernel<<<grid, RoleConfig<kConsumers>::kThreads, shared_bytes, stream>>>(params);
-  return cudaGetLastError();
+  return launch_programmatic(kernel, grid, dim3(RoleConfig<kConsumers>::kThreads), shared_bytes,
+                             stream, params);
 }
 
 template <typename Element>

@@ -61,6 +61,26 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// ---- programmatic dependent launch ----------------------------------------------------------------
+// Kernels launched with cudaLaunchAttributeProgrammaticStreamSerialization may start while the
+// previous kernel of the stream is still running; they must wait here before touching global
+// memory. Without that attribute both are no-ops.
+
+__device__ __forceinline__ void wait_for_previous_grid() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+// Lets the next kernel of the stream be scheduled (it still waits for this one to finish before
+// it reads anything: wait_for_previous_grid).
+__device__ __forceinline__ void allow_next_grid_launch() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// Fetches a TMA descriptor into the descriptor cache ahead of the first copy that uses it.
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
 // ---- register reallocation between warpgroups ----------------------------------------------------
 
 template <int kRegisters>
