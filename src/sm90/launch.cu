@@ -127,8 +127,6 @@ struct TileConfig {
   int32_t num_splits;  // grid.z
 };
 
-constexpr int kMaxSplits = 64;
-
 int multiprocessor_count(int device) {
   int count = 0;
   check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
@@ -168,7 +166,7 @@ TileConfig tile_config(const flashmsa_args& args) {
   const int64_t max_union = std::min<int64_t>(c.tokens_per_tile, tokens_per_request) * topk;
   c.num_splits = 1;
   if (units > 0 && units * 10 < slots * 9) {
-    const int64_t most = std::max<int64_t>(1, std::min<int64_t>(max_union, kMaxSplits));
+    const int64_t most = std::max<int64_t>(1, std::min<int64_t>(max_union, sm90::kMaxMergeSplits));
     c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / units, 1, most));
   }
   return c;

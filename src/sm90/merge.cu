@@ -31,13 +31,26 @@ __device__ __forceinline__ void store4(__half* destination, float4 value) {
   *reinterpret_cast<uint2*>(destination) = *reinterpret_cast<uint2*>(pair);
 }
 
-__device__ __forceinline__ float log_sum_exp(const float* values, int64_t stride, int count) {
-  float maximum = -INFINITY;
-  for (int s = 0; s < count; ++s) maximum = fmaxf(maximum, values[s * stride]);
+__device__ __forceinline__ float warp_max(float value) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+
+__device__ __forceinline__ float warp_sum(float value) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+// Lane l holds the LSEs of splits l and l + 32 (-inf past num_splits); returns log sum exp over
+// all of them, in every lane.
+__device__ __forceinline__ float warp_log_sum_exp(const float (&lse)[2]) {
+  const float maximum = warp_max(fmaxf(lse[0], lse[1]));
   if (maximum == -INFINITY) return -INFINITY;
-  float sum = 0.f;
-  for (int s = 0; s < count; ++s) sum += __expf(values[s * stride] - maximum);
-  return maximum + __logf(sum);
+  return maximum + __logf(warp_sum(__expf(lse[0] - maximum) + __expf(lse[1] - maximum)));
 }
 
 template <typename Element>
@@ -52,28 +65,40 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_splits(const MergeP
   const int64_t token = row / p.num_qo_heads, head = row % p.num_qo_heads;
   const int64_t split_stride = p.total_q * p.num_qo_heads;
 
-  const float lse = log_sum_exp(p.partial_lse + row, split_stride, p.num_splits);
+  // Every split's LSE is loaded at once (one per lane), not one dependent load per split.
+  float lse_part[2], lse_t_part[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int split = lane + 32 * h;
+    const bool exists = split < p.num_splits;
+    lse_part[h] = exists ? p.partial_lse[split * split_stride + row] : -INFINITY;
+    lse_t_part[h] = exists && p.lse_t ? p.partial_lse_t[split * split_stride + row] : -INFINITY;
+  }
+  const float lse = warp_log_sum_exp(lse_part);
+  float weight[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) weight[h] = lse == -INFINITY ? 0.f : __expf(lse_part[h] - lse);
+
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
   if (lse != -INFINITY) {
+    const float* part = p.partial_out + row * kMergeHeadDim + 4 * lane;
+#pragma unroll 4
     for (int s = 0; s < p.num_splits; ++s) {
-      const float weight = __expf(p.partial_lse[s * split_stride + row] - lse);
-      const float4 part = *reinterpret_cast<const float4*>(
-          p.partial_out + (s * split_stride + row) * kMergeHeadDim + 4 * lane);
-      sum.x += weight * part.x;
-      sum.y += weight * part.y;
-      sum.z += weight * part.z;
-      sum.w += weight * part.w;
+      const float w = __shfl_sync(0xffffffffu, s < 32 ? weight[0] : weight[1], s % 32);
+      const float4 value = *reinterpret_cast<const float4*>(part + s * split_stride * kMergeHeadDim);
+      sum.x += w * value.x;
+      sum.y += w * value.y;
+      sum.z += w * value.z;
+      sum.w += w * value.w;
     }
   }
   store4(static_cast<Element*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
              4 * lane,
          sum);
+  const float lse_t = p.lse_t ? warp_log_sum_exp(lse_t_part) : 0.f;
   if (lane == 0) {
     if (p.lse) p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
-    if (p.lse_t) {
-      p.lse_t[token * p.lse_t_stride_token + head * p.lse_t_stride_head] =
-          log_sum_exp(p.partial_lse_t + row, split_stride, p.num_splits);
-    }
+    if (p.lse_t) p.lse_t[token * p.lse_t_stride_token + head * p.lse_t_stride_head] = lse_t;
   }
 }
 

@@ -7,6 +7,7 @@
 namespace flashmsa::sm90 {
 
 constexpr int kMergeHeadDim = 128;
+constexpr int kMaxMergeSplits = 64;  // two split LSEs per lane of the merging warp
 
 struct MergeParams {
   const float* partial_out;    // (num_splits, total_q, Hq, 128)

@@ -33,7 +33,9 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
   }
 }
 
-// K of block u is issued before V of block u - 1: the consumers need K one step before V.
+// Step i issues V of block i - 1, then K of block i. The consumers finish with V of block
+// i - 3 (for its stage) before K of block i - 2, so V's stage is always free first, and with one
+// stage per ring (the decode kernel) K and V of the first block go out together.
 __device__ inline void produce(const PrefillParams& p, const Smem& smem, const TilePlan& plan,
                                int kv_head) {
   const int num_stages = p.smem_layout.num_stages;
@@ -51,8 +53,8 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
   };
   const int steps = plan.slice_end - plan.slice_begin;
   for (int i = 0; i <= steps; ++i) {
-    if (i < steps) load(false, i);
     if (i > 0) load(true, i - 1);
+    if (i < steps) load(false, i);
   }
 }
 
