@@ -114,14 +114,17 @@ struct Smem {
   __device__ __forceinline__ int32_t* token_first_negative() const {
     return reinterpret_cast<int32_t*>(base + layout.token_first_negative);
   }
-  // The planning sort buffer ((block, coordinate) pairs) lives in the V ring: it is untouched
-  // until planning is over.
+  // Planning's scratch lives in the first V stage, untouched until planning is over: the sort
+  // buffer of (block, coordinate) pairs, then the block id of each index entry.
   __device__ __forceinline__ int64_t* sort_buffer() const {
     return reinterpret_cast<int64_t*>(base + layout.v);
   }
+  __device__ __forceinline__ int32_t* entry_blocks() const {
+    return reinterpret_cast<int32_t*>(base + layout.v + kMaxCandidates * sizeof(int64_t));
+  }
 };
 
-static_assert(kMaxCandidates * sizeof(int64_t) <= kKvTileBytes,
-              "the planning sort buffer must fit in one V stage");
+static_assert(kMaxCandidates * (sizeof(int64_t) + sizeof(int32_t)) <= kKvTileBytes,
+              "planning's scratch must fit in one V stage");
 
 }  // namespace flashmsa::sm90

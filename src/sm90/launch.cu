@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -165,13 +164,12 @@ TileConfig tile_config(const flashmsa_args& args) {
   const int64_t slots = multiprocessor_count(args.device_index) * c.ctas_per_sm;
   const int64_t tokens_per_request = std::max<int64_t>(1, args.total_q / args.batch_size);
   const int64_t max_union = std::min<int64_t>(c.tokens_per_tile, tokens_per_request) * topk;
+  // Measured on the H200 (docs/performance.md): an extra split costs more than it gains once the
+  // grid holds about one CTA per slot (batch 64: 1 split 75-79 us, 2 splits 85 us).
   c.num_splits = 1;
   const int64_t most = std::max<int64_t>(1, std::min<int64_t>(max_union, sm90::kMaxMergeSplits));
   if (units > 0 && units * 10 < slots * 9) {
     c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / units, 1, most));
-  }
-  if (const char* forced = std::getenv("FLASHMSA_EXPERIMENT_SPLITS")) {  // tuning experiments
-    c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(std::atoll(forced), 1, most));
   }
   return c;
 }

@@ -72,13 +72,16 @@ __device__ inline void locate_tile(const PrefillParams& p, const Smem& smem, int
         exists ? first_query_position(p.q_offset_mode, p.q_offset_value, p.q_offset_per_request,
                                       b, rows.end - rows.begin, seqlen_k)
                : 0;
-    const int32_t tiles =
-        static_cast<int32_t>((rows.end - rows.begin + p.tokens_per_tile - 1) / p.tokens_per_tile);
+    // cu_seqlens_q is int32, so a request's row count fits int32: 32-bit division, not the
+    // 64-bit division subroutine.
+    const int32_t tiles = (static_cast<int32_t>(rows.end - rows.begin) + p.tokens_per_tile - 1) /
+                          p.tokens_per_tile;
     int32_t round_total = 0;
     const int32_t before = block_exclusive_scan(tiles, header.warp_totals, &round_total);
     if (remaining < round_total) {  // the same decision in every thread
       if (before <= remaining && remaining < before + tiles) {
-        const int64_t first_row = rows.begin + (remaining - before) * p.tokens_per_tile;
+        const int64_t first_row =
+            rows.begin + static_cast<int64_t>(remaining - before) * p.tokens_per_tile;
         header.batch_index = static_cast<int32_t>(b);
         header.tile_first_row = static_cast<int32_t>(first_row);
         header.tile_num_tokens = static_cast<int32_t>(
@@ -119,44 +122,51 @@ __device__ inline void locate_tile(const PrefillParams& p, const Smem& smem, int
   header.tile_first_position = 0;
 }
 
-// Sorts the 32 * kPerLane values held by one warp (lane l holds elements l * kPerLane + r)
-// ascending, bitonically, in registers: no block barrier per pass. Only the first `count`
-// elements (a power of two) are sorted; blocks of a bitonic pass never cross that bound.
-template <int kPerLane>
-__device__ __forceinline__ void warp_bitonic_sort(int64_t (&value)[kPerLane], int count) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int size = 2; size <= 32 * kPerLane; size *= 2) {
-    if (size > count) break;
-#pragma unroll
+// Puts a and b (elements i < j of a bitonic pass) in ascending or descending order.
+__device__ __forceinline__ void compare_exchange(int64_t& a, int64_t& b, bool ascending) {
+  if ((a > b) == ascending) {
+    const int64_t t = a;
+    a = b;
+    b = t;
+  }
+}
+
+// Sorts the first `count` (a power of two, at most 128) of the 128 values one warp holds, lane l
+// holding elements 4l .. 4l + 3, ascending and bitonically in registers: no block barrier per
+// pass. Blocks of a pass never cross `count`. The pass loops stay rolled: planning runs once
+// per CTA, so its code is fetched cold, and short code is what makes it fast.
+__device__ __forceinline__ void warp_bitonic_sort(int64_t (&value)[4], int count) {
+  const int first = (threadIdx.x % 32) * 4;
+#pragma unroll 1
+  for (int size = 2; size <= count; size *= 2) {
+#pragma unroll 1
     for (int stride = size / 2; stride > 0; stride /= 2) {
+      if (stride >= 4) {  // partner: the same element of lane ^ (stride / 4)
 #pragma unroll
-      for (int r = 0; r < kPerLane; ++r) {
-        const int i = lane * kPerLane + r;
-        const bool ascending = (i & size) == 0;
-        if (stride >= kPerLane) {  // the partner is in lane ^ (stride / kPerLane), same r
-          const int64_t other = __shfl_xor_sync(0xffffffffu, value[r], stride / kPerLane);
-          const bool keep_smaller = ((i & stride) == 0) == ascending;
+        for (int r = 0; r < 4; ++r) {
+          const int i = first + r;
+          const int64_t other = __shfl_xor_sync(0xffffffffu, value[r], stride / 4);
+          const bool keep_smaller = ((i & stride) == 0) == ((i & size) == 0);
           value[r] = keep_smaller ? min(value[r], other) : max(value[r], other);
-        } else if ((r & stride) == 0) {  // the partner is element r + stride of this lane
-          const int64_t a = value[r], b = value[r + stride];
-          if ((a > b) == ascending) {
-            value[r] = b;
-            value[r + stride] = a;
-          }
         }
+      } else if (stride == 2) {
+        compare_exchange(value[0], value[2], (first & size) == 0);
+        compare_exchange(value[1], value[3], ((first + 1) & size) == 0);
+      } else {
+        compare_exchange(value[0], value[1], (first & size) == 0);
+        compare_exchange(value[2], value[3], ((first + 2) & size) == 0);
       }
     }
   }
 }
 
-// Each thread owns the entries e = threadIdx.x + j * blockDim.x of the tile's tokens x topk
-// index list, and reads each from global memory once (sized for the smaller, 256-thread CTA).
-constexpr int kEntriesPerThread = (kMaxCandidates + 255) / 256;
 constexpr int64_t kInvalidCandidate = INT64_MAX;
-// Lists of up to 32 * kWarpSortPerLane candidates are sorted by one warp in registers.
-constexpr int kWarpSortPerLane = 4;
+constexpr int kWarpSortMax = 128;  // lists up to this long are sorted by one warp in registers
 
+// Entry e of the tile's tokens x topk index list belongs to token e / topk. The entries live in
+// shared memory (entry_blocks), and every loop over them is rolled (#pragma unroll 1): a CTA
+// runs planning once, with cold instruction caches, and unrolled copies of these loops made it
+// take about 5 us on the H200 (docs/performance.md).
 __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, int64_t tile_index,
                                      int kv_head) {
   const int tid = threadIdx.x, threads = blockDim.x;
@@ -167,23 +177,18 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
   const int topk = p.topk;
   // Only the tile's existing tokens have entries (a decode tile often holds one token).
   const int num_entries = header.tile_num_tokens * topk;
-
-  // The tile's index entries, each read from global memory once; the loads are in flight while
-  // the per-token limits are set up.
-  int32_t entry_block[kEntriesPerThread];
-#pragma unroll
-  for (int j = 0; j < kEntriesPerThread; ++j) {
-    const int e = tid + j * threads;
-    const int token = e / topk, k = e % topk;
-    entry_block[j] = -1;
-    if (e < num_entries) {
-      const int64_t row = header.tile_first_row + token;
-      entry_block[j] = p.q2k_indices[kv_head * p.idx_stride_head + row * p.idx_stride_token +
-                                     k * p.idx_stride_topk];
-    }
-  }
+  int32_t* entry_blocks = smem.entry_blocks();
   int32_t* first_negative = smem.token_first_negative();
   int32_t* limits = smem.token_key_limit();
+
+  // Each index entry is read from global memory once.
+#pragma unroll 1
+  for (int e = tid; e < num_entries; e += threads) {
+    const int64_t row = header.tile_first_row + e / topk;
+    entry_blocks[e] = p.q2k_indices[kv_head * p.idx_stride_head + row * p.idx_stride_token +
+                                    (e % topk) * p.idx_stride_topk];
+  }
+#pragma unroll 1
   for (int t = tid; t < p.tokens_per_tile; t += threads) {
     first_negative[t] = topk;
     const int64_t limit = t < header.tile_num_tokens
@@ -195,68 +200,60 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
   __syncthreads();
 
   // Rule 1: the first negative entry ends a token's list.
-#pragma unroll
-  for (int j = 0; j < kEntriesPerThread; ++j) {
-    const int e = tid + j * threads;
-    if (e < num_entries && entry_block[j] < 0) atomicMin(&first_negative[e / topk], e % topk);
+#pragma unroll 1
+  for (int e = tid; e < num_entries; e += threads) {
+    if (entry_blocks[e] < 0) atomicMin(&first_negative[e / topk], e % topk);
   }
   __syncthreads();
 
   // Rules 2 and 3: keep the entries that select keys, then sort (block, TMA coordinate) pairs so
-  // that duplicates become neighbours (invalid entries sort last).
+  // that duplicates become neighbours (invalid entries sort last). Dropped entries become -1.
   int64_t* candidates = smem.sort_buffer();
   int padded = 1;
   while (padded < num_entries) padded *= 2;
-#pragma unroll
-  for (int j = 0; j < kEntriesPerThread; ++j) {
-    const int e = tid + j * threads;
-    if (e >= padded) continue;
+#pragma unroll 1
+  for (int e = tid; e < padded; e += threads) {
     int64_t key = kInvalidCandidate;
-    const int token = e / topk, k = e % topk;
-    const int32_t block = entry_block[j];
-    if (e < num_entries && k < first_negative[token] &&
-        block_selects_keys(block, limits[token], p.is_paged, p.max_pages)) {
-      const int64_t coord =
-          p.is_paged ? page_of_block(p.page_table, p.page_table_stride_batch,
-                                     p.page_table_stride_page, header.batch_index, block,
-                                     p.num_pages)
-                     : header.request_first_key_row + static_cast<int64_t>(block) * kBlockSize;
-      if (coord >= 0) key = (static_cast<int64_t>(block) << 32) | static_cast<uint32_t>(coord);
+    if (e < num_entries) {
+      const int token = e / topk;
+      const int32_t block = entry_blocks[e];
+      if (e % topk < first_negative[token] &&
+          block_selects_keys(block, limits[token], p.is_paged, p.max_pages)) {
+        const int64_t coord =
+            p.is_paged ? page_of_block(p.page_table, p.page_table_stride_batch,
+                                       p.page_table_stride_page, header.batch_index, block,
+                                       p.num_pages)
+                       : header.request_first_key_row + static_cast<int64_t>(block) * kBlockSize;
+        if (coord >= 0) key = (static_cast<int64_t>(block) << 32) | static_cast<uint32_t>(coord);
+      }
+      if (key == kInvalidCandidate) entry_blocks[e] = -1;
     }
-    entry_block[j] = key == kInvalidCandidate ? -1 : block;
     candidates[e] = key;
   }
   __syncthreads();
-  if (padded <= 32 * kWarpSortPerLane) {
-    // Small lists (decode; prefill tiles at topk 16): one warp sorts in registers.
+  if (padded <= kWarpSortMax) {
     if (tid < 32) {
-      int64_t value[kWarpSortPerLane];
+      int64_t value[4];
 #pragma unroll
-      for (int r = 0; r < kWarpSortPerLane; ++r) {
-        const int i = tid * kWarpSortPerLane + r;
-        value[r] = i < padded ? candidates[i] : kInvalidCandidate;
+      for (int r = 0; r < 4; ++r) {
+        value[r] = tid * 4 + r < padded ? candidates[tid * 4 + r] : kInvalidCandidate;
       }
       warp_bitonic_sort(value, padded);
 #pragma unroll
-      for (int r = 0; r < kWarpSortPerLane; ++r) {
-        const int i = tid * kWarpSortPerLane + r;
-        if (i < padded) candidates[i] = value[r];
+      for (int r = 0; r < 4; ++r) {
+        if (tid * 4 + r < padded) candidates[tid * 4 + r] = value[r];
       }
     }
     __syncthreads();
   } else {
+#pragma unroll 1
     for (int size = 2; size <= padded; size *= 2) {
+#pragma unroll 1
       for (int stride = size / 2; stride > 0; stride /= 2) {
+#pragma unroll 1
         for (int i = tid; i < padded; i += threads) {
           const int partner = i ^ stride;
-          if (partner > i) {
-            const bool ascending = (i & size) == 0;
-            const int64_t a = candidates[i], b = candidates[partner];
-            if ((a > b) == ascending) {
-              candidates[i] = b;
-              candidates[partner] = a;
-            }
-          }
+          if (partner > i) compare_exchange(candidates[i], candidates[partner], (i & size) == 0);
         }
         __syncthreads();
       }
@@ -270,40 +267,42 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
     return candidates[i] != kInvalidCandidate && (i == 0 || candidates[i] != candidates[i - 1]);
   };
   int32_t firsts = 0;
+#pragma unroll 1
   for (int i = begin; i < end; ++i) firsts += is_first(i);
   int32_t union_size = 0;
   int32_t position = block_exclusive_scan(firsts, header.warp_totals, &union_size);
+#pragma unroll 1
   for (int i = begin; i < end; ++i) {
     if (!is_first(i)) continue;
     smem.union_blocks()[position] = static_cast<int32_t>(candidates[i] >> 32);
     smem.union_coords()[position] = static_cast<int32_t>(candidates[i] & 0xffffffff);
     ++position;
   }
+#pragma unroll 1
   for (int i = tid; i < union_size * p.smem_layout.mask_words; i += threads) {
     smem.token_mask(0)[i] = 0;
   }
   __syncthreads();
 
   // Which tokens selected each union block (duplicates set the same bit once).
-#pragma unroll
-  for (int j = 0; j < kEntriesPerThread; ++j) {
-    if (entry_block[j] < 0) continue;
-    const int token = (tid + j * threads) / topk;
+#pragma unroll 1
+  for (int e = tid; e < num_entries; e += threads) {
+    const int32_t block = entry_blocks[e];
+    if (block < 0) continue;
+    const int token = e / topk;
     int lo = 0, hi = union_size - 1;
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
-      if (smem.union_blocks()[mid] < entry_block[j]) lo = mid + 1; else hi = mid;
+      if (smem.union_blocks()[mid] < block) lo = mid + 1; else hi = mid;
     }
     atomicOr(&smem.token_mask(lo)[token / 32], 1u << (token % 32));
   }
   __syncthreads();
+  // A KV split's CTAs share the union: split s of S takes [U s / S, U (s + 1) / S).
   const int split = blockIdx.z;
-  const int32_t slice_begin =
-      static_cast<int32_t>(static_cast<int64_t>(union_size) * split / p.num_splits);
-  const int32_t slice_end =
-      static_cast<int32_t>(static_cast<int64_t>(union_size) * (split + 1) / p.num_splits);
   return TilePlan{header.batch_index, header.tile_first_row, header.tile_num_tokens,
-                  header.request_seqlen_k, union_size, slice_begin, slice_end};
+                  header.request_seqlen_k, union_size, union_size * split / p.num_splits,
+                  union_size * (split + 1) / p.num_splits};
 }
 
 }  // namespace flashmsa::sm90
