@@ -86,6 +86,9 @@ def keys_read(q2k_indices, cu_seqlens_q, cu_seqlens_k=None, causal=False, page_t
     return counts
 
 
+_SIXTEEN_BIT = (torch.bfloat16, torch.float16)
+
+
 def evaluate_rows(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, causal=False,
                   softmax_scale=None, page_table=None, seqused_k=None, k_scale=None,
                   v_scale=None, k_global_scale=None, v_global_scale=None, q_offset=None,
@@ -99,8 +102,11 @@ def evaluate_rows(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, causal=
     group_size = num_qo_heads // num_kv_heads
     requests = _Requests(q2k_indices, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table,
                          q_offset, causal)
-    k_values = dequantize_kv(k, k_scale, paged)
-    v_values = dequantize_kv(v, v_scale, paged)
+    # 16-bit K/V are gathered as stored and widened per chunk: converting a whole serving-size
+    # cache to float32 first would need twice its size again (the decode benchmark's 49 GiB
+    # cache ran out of memory). Quantized formats are decoded up front (test sizes).
+    k_values = k if k.dtype in _SIXTEEN_BIT else dequantize_kv(k, k_scale, paged)
+    v_values = v if v.dtype in _SIXTEEN_BIT else dequantize_kv(v, v_scale, paged)
     if paged:
         table = page_table.to(torch.int64)
 
