@@ -197,11 +197,15 @@ def environment(device: str) -> dict:
     if device == "cuda":
         env["gpu"] = torch.cuda.get_device_name()
         env["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
-    try:
-        env["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, text=True,
-                                       capture_output=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        env["commit"] = os.environ.get("FLASHMSA_COMMIT", "unknown")
+    # FLASHMSA_COMMIT names the commit the library was built from; it wins over the checkout's
+    # HEAD, which on the GPU machine can be a stale copy of .git.
+    env["commit"] = os.environ.get("FLASHMSA_COMMIT")
+    if not env["commit"]:
+        try:
+            env["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, text=True,
+                                           capture_output=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            env["commit"] = "unknown"
     return env
 
 

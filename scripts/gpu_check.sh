@@ -61,7 +61,9 @@ nvidia-smi -L 2>&1 || echo "nvidia-smi not available"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'device', torch.cuda.get_device_name() if torch.cuda.is_available() else None)"
 echo "FLASHMSA_LIBRARY=$FLASHMSA_LIBRARY ($(ls -la "$FLASHMSA_LIBRARY" 2>&1 | awk '{print $5, $6, $7, $8}'))"
-echo "commit: $(git rev-parse HEAD 2>/dev/null || echo "${FLASHMSA_COMMIT:-unknown}")"
+# FLASHMSA_COMMIT (the commit the carried library was built from) wins: the GPU machine's copy of
+# .git can be stale.
+echo "commit: ${FLASHMSA_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 
 run_sass() {
   local t0=$(date +%s) dump=/tmp/flashmsa_sass.txt objdump
