@@ -31,7 +31,8 @@ target_sources(flashmsa PRIVATE
 )
 target_include_directories(flashmsa PRIVATE ${FLASHMSA_CUTLASS_DIR} ${CUDAToolkit_INCLUDE_DIRS}
                                             ${CUDAToolkit_INCLUDE_DIRS}/cccl)
-target_compile_definitions(flashmsa PRIVATE FLASHMSA_WITH_CUDA=1)
+target_compile_definitions(flashmsa PRIVATE FLASHMSA_WITH_CUDA=1
+                                    $<$<BOOL:${FLASHMSA_TIMELINE}>:FLASHMSA_TIMELINE=1>)
 target_compile_options(flashmsa PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
     -Xcompiler=-fvisibility=hidden -lineinfo $<$<BOOL:${FLASHMSA_PTXAS_VERBOSE}>:-Xptxas=-v>>)

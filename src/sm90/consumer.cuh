@@ -13,6 +13,7 @@
 #include "sm90/planning.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/softmax.cuh"
+#include "sm90/timeline.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -172,6 +173,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
   uint8_t* q_smem = smem.q(warpgroup);
   load_queries<Element>(p, plan, q_smem, warpgroup, row_group, kv_head, head_chunk);
 
+  FLASHMSA_MARK(kMarkQueriesLoaded);
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
   Accumulator o;
@@ -193,6 +195,8 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     }
     needed &= !share_rows || (u - plan.slice_begin) % 2 == warpgroup;
     mbarrier_wait(&smem.header().k_full[stage], phase);
+    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
+    FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
     if (!needed) {
       // Arrive on both rings in order, without reading: keeps the barrier phases aligned.
       mbarrier_arrive(&smem.header().k_empty[stage]);
@@ -221,6 +225,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
 
     mbarrier_wait(&smem.header().v_full[stage], phase);
+    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
     if (plan.seqlen_k - block_first_key < kBlockKeys) {
       zero_value_tail(smem.v(stage), plan.seqlen_k - block_first_key, warpgroup);
     }
@@ -231,6 +236,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     mbarrier_arrive(&smem.header().v_empty[stage]);
   }
 
+  FLASHMSA_MARK(kMarkLoopDone);
   // Epilogue. Rows that read nothing have sum 0: out = 0 exactly, lse = -inf. With a KV split
   // each CTA writes its normalised partial output and LSEs in fp32; merge.cu combines them.
   if (share_rows) {
@@ -272,6 +278,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
       }
     }
   }
+  FLASHMSA_TIMELINE_PRINT();
 }
 
 }  // namespace flashmsa::sm90

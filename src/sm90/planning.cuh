@@ -14,6 +14,7 @@
 #include "common/visibility.h"
 #include "sm90/kernel_traits.h"
 #include "sm90/params.h"
+#include "sm90/timeline.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -172,6 +173,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
   const int tid = threadIdx.x, threads = blockDim.x;
   locate_tile(p, smem, tile_index);
   __syncthreads();
+  FLASHMSA_MARK(kMarkLocated);
   SmemHeader& header = smem.header();
   if (header.batch_index < 0) return TilePlan{-1, 0, 0, 0, 0, 0, 0};
   const int topk = p.topk;
@@ -198,6 +200,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
     limits[t] = static_cast<int32_t>(clamp_i64(limit, 0, header.request_seqlen_k));
   }
   __syncthreads();
+  FLASHMSA_MARK(kMarkEntriesRead);
 
   // Rule 1: the first negative entry ends a token's list.
 #pragma unroll 1
@@ -205,6 +208,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
     if (entry_blocks[e] < 0) atomicMin(&first_negative[e / topk], e % topk);
   }
   __syncthreads();
+  FLASHMSA_MARK(kMarkNegativesCut);
 
   // Rules 2 and 3: keep the entries that select keys, then sort (block, TMA coordinate) pairs so
   // that duplicates become neighbours (invalid entries sort last). Dropped entries become -1.
@@ -231,6 +235,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
     candidates[e] = key;
   }
   __syncthreads();
+  FLASHMSA_MARK(kMarkCandidates);
   if (padded <= kWarpSortMax) {
     if (tid < 32) {
       int64_t value[4];
@@ -260,6 +265,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
     }
   }
 
+  FLASHMSA_MARK(kMarkSorted);
   // Compact the distinct valid pairs into the union, each thread over a contiguous chunk.
   const int chunk = (padded + threads - 1) / threads;
   const int begin = min(tid * chunk, padded), end = min(begin + chunk, padded);
@@ -283,6 +289,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
     smem.token_mask(0)[i] = 0;
   }
   __syncthreads();
+  FLASHMSA_MARK(kMarkCompacted);
 
   // Which tokens selected each union block (duplicates set the same bit once).
 #pragma unroll 1

@@ -9,6 +9,7 @@
 #include "sm90/planning.cuh"
 #include "sm90/producer.cuh"
 #include "sm90/ptx.cuh"
+#include "sm90/timeline.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -23,6 +24,7 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   const int kv_head = blockIdx.y / params.num_head_chunks;
   const int head_chunk = blockIdx.y % params.num_head_chunks;
 
+  FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < params.smem_layout.num_stages; ++stage) {
       mbarrier_init(&smem.header().k_full[stage], 1);  // the producer's arrive + TMA bytes
@@ -38,10 +40,12 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   // Everything above overlaps the previous kernel's tail (programmatic dependent launch); the
   // inputs it may have written are read only from here on.
   wait_for_previous_grid();
+  FLASHMSA_MARK(kMarkWaited);
   const TilePlan plan = plan_tile(params, smem, blockIdx.x, kv_head);  // ends with a barrier
   // The merge kernel of a KV split (and the next kernel of the stream) may now be scheduled: it
   // waits for this grid to complete before it reads anything.
   allow_next_grid_launch();
+  FLASHMSA_MARK(kMarkPlanned);
   if (plan.batch_index < 0) return;
 
   if (threadIdx.x < 128) {

@@ -1,0 +1,74 @@
+// Device timeline for diagnosis, compiled in only with -DFLASHMSA_TIMELINE=ON (CMake option; the
+// release kernels contain none of it). Thread 128 (the first consumer thread, which also takes
+// part in planning) of two CTAs, grid x = 0 and x = FLASHMSA_TIMELINE_SECOND_CTA (y = z = 0),
+// stores %globaltimer at phase boundaries into a device array and prints the phases, in ns from
+// kernel entry, after its epilogue (`TL cta ...` lines; scripts/timeline.py tabulates them).
+// Stores, not printf, at the marks: a printf costs tens of microseconds and would be the timeline.
+#pragma once
+
+#include <stdint.h>
+
+#ifdef FLASHMSA_TIMELINE
+#include <cstdio>
+
+#ifndef FLASHMSA_TIMELINE_SECOND_CTA
+#define FLASHMSA_TIMELINE_SECOND_CTA 40
+#endif
+
+namespace flashmsa::sm90 {
+
+enum TimelineMark {
+  kMarkEntry, kMarkWaited, kMarkLocated, kMarkEntriesRead, kMarkNegativesCut, kMarkCandidates,
+  kMarkSorted, kMarkCompacted, kMarkPlanned, kMarkQueriesLoaded, kMarkFirstK, kMarkFirstV,
+  kMarkLastK, kMarkLoopDone, kNumMarks
+};
+
+__device__ uint64_t g_timeline[2][kNumMarks];
+
+__device__ __forceinline__ int timeline_slot() {
+  if (threadIdx.x != 128 || blockIdx.y != 0 || blockIdx.z != 0) return -1;
+  return blockIdx.x == 0 ? 0 : blockIdx.x == FLASHMSA_TIMELINE_SECOND_CTA ? 1 : -1;
+}
+
+__device__ __forceinline__ uint64_t timeline_now() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void timeline_mark(TimelineMark mark) {
+  const int slot = timeline_slot();
+  if (slot >= 0) g_timeline[slot][mark] = timeline_now();
+}
+
+__device__ __forceinline__ void timeline_print() {
+  const int slot = timeline_slot();
+  if (slot < 0) return;
+  const uint64_t* t = g_timeline[slot];
+  const uint64_t end = timeline_now();
+  printf("TL cta %d waited %llu located %llu entries %llu negatives %llu candidates %llu "
+         "sorted %llu compacted %llu planned %llu q %llu first_k %llu first_v %llu last_k %llu "
+         "loop %llu end %llu\n",
+         blockIdx.x, t[kMarkWaited] - t[kMarkEntry], t[kMarkLocated] - t[kMarkEntry],
+         t[kMarkEntriesRead] - t[kMarkEntry], t[kMarkNegativesCut] - t[kMarkEntry],
+         t[kMarkCandidates] - t[kMarkEntry], t[kMarkSorted] - t[kMarkEntry],
+         t[kMarkCompacted] - t[kMarkEntry], t[kMarkPlanned] - t[kMarkEntry],
+         t[kMarkQueriesLoaded] - t[kMarkEntry], t[kMarkFirstK] - t[kMarkEntry],
+         t[kMarkFirstV] - t[kMarkEntry], t[kMarkLastK] - t[kMarkEntry],
+         t[kMarkLoopDone] - t[kMarkEntry], end - t[kMarkEntry]);
+}
+
+}  // namespace flashmsa::sm90
+
+#define FLASHMSA_MARK(mark) ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark)
+#define FLASHMSA_MARK_IF(condition, mark) \
+  if (condition) ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark)
+#define FLASHMSA_TIMELINE_PRINT() ::flashmsa::sm90::timeline_print()
+
+#else
+
+#define FLASHMSA_MARK(mark) ((void)0)
+#define FLASHMSA_MARK_IF(condition, mark) ((void)0)
+#define FLASHMSA_TIMELINE_PRINT() ((void)0)
+
+#endif
