@@ -264,17 +264,17 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
       }
       continue;
     }
-    Element* out = static_cast<Element*>(p.out) + token * p.out_stride_token +
-                   head * p.out_stride_head + 2 * (lane % 4);
+    Element* out =
+        static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) + 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       *reinterpret_cast<uint32_t*>(out + 8 * j) =
           MmaAtoms<Element>::pack(o[4 * j + 2 * h] * scale, o[4 * j + 2 * h + 1] * scale);
     }
     if (lane % 4 == 0) {
-      if (p.lse) p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse[h];
+      if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = lse[h];
       if (kTemperatureLse) {
-        p.lse_t[token * p.lse_t_stride_token + head * p.lse_t_stride_head] = lse_t[h];
+        p.output.lse_t[p.output.lse_t_offset(token, head)] = lse_t[h];
       }
     }
   }

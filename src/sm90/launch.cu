@@ -247,15 +247,9 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.q = args.q;
   p.q_stride_token = args.q_stride_token;
   p.q_stride_head = args.q_stride_head;
-  p.out = args.out;
-  p.out_stride_token = args.out_stride_token;
-  p.out_stride_head = args.out_stride_head;
-  p.lse = args.lse;
-  p.lse_stride_token = args.lse_stride_token;
-  p.lse_stride_head = args.lse_stride_head;
-  p.lse_t = args.lse_t;
-  p.lse_t_stride_token = args.lse_t_stride_token;
-  p.lse_t_stride_head = args.lse_t_stride_head;
+  p.output = sm90::OutputParams{args.out,   args.out_stride_token,   args.out_stride_head,
+                                args.lse,   args.lse_stride_token,   args.lse_stride_head,
+                                args.lse_t, args.lse_t_stride_token, args.lse_t_stride_head};
   p.q2k_indices = args.q2k_indices;
   p.idx_stride_head = args.idx_stride_head;
   p.idx_stride_token = args.idx_stride_token;
@@ -356,15 +350,7 @@ void run_sm90(const flashmsa_args& args) {
   merge.partial_out = params.partial_out;
   merge.partial_lse = params.partial_lse;
   merge.partial_lse_t = params.partial_lse_t;
-  merge.out = args.out;
-  merge.out_stride_token = args.out_stride_token;
-  merge.out_stride_head = args.out_stride_head;
-  merge.lse = args.lse;
-  merge.lse_stride_token = args.lse_stride_token;
-  merge.lse_stride_head = args.lse_stride_head;
-  merge.lse_t = args.lse_t;
-  merge.lse_t_stride_token = args.lse_t_stride_token;
-  merge.lse_t_stride_head = args.lse_t_stride_head;
+  merge.output = params.output;
   merge.total_q = args.total_q;
   merge.num_qo_heads = static_cast<int32_t>(args.num_qo_heads);
   merge.num_splits = tiles.num_splits;

@@ -9,6 +9,7 @@
 
 #include "sm90/launch_programmatic.h"
 #include "sm90/merge.h"
+#include "sm90/ptx.cuh"
 
 namespace flashmsa::sm90 {
 namespace {
@@ -57,8 +58,8 @@ template <typename Element>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_splits(const MergeParams p) {
   // Launched as a programmatic dependent of the split kernel: scheduled early, it waits here
   // until the partials are complete and visible.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  wait_for_previous_grid();
+  allow_next_grid_launch();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= p.total_q * p.num_qo_heads) return;
   const int lane = threadIdx.x % 32;
@@ -72,7 +73,8 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_splits(const MergeP
     const int split = lane + 32 * h;
     const bool exists = split < p.num_splits;
     lse_part[h] = exists ? p.partial_lse[split * split_stride + row] : -INFINITY;
-    lse_t_part[h] = exists && p.lse_t ? p.partial_lse_t[split * split_stride + row] : -INFINITY;
+    lse_t_part[h] =
+        exists && p.output.lse_t ? p.partial_lse_t[split * split_stride + row] : -INFINITY;
   }
   const float lse = warp_log_sum_exp(lse_part);
   float weight[2];
@@ -85,20 +87,19 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_splits(const MergeP
 #pragma unroll 4
     for (int s = 0; s < p.num_splits; ++s) {
       const float w = __shfl_sync(0xffffffffu, s < 32 ? weight[0] : weight[1], s % 32);
-      const float4 value = *reinterpret_cast<const float4*>(part + s * split_stride * kMergeHeadDim);
+      const float4 value =
+          *reinterpret_cast<const float4*>(part + s * split_stride * kMergeHeadDim);
       sum.x += w * value.x;
       sum.y += w * value.y;
       sum.z += w * value.z;
       sum.w += w * value.w;
     }
   }
-  store4(static_cast<Element*>(p.out) + token * p.out_stride_token + head * p.out_stride_head +
-             4 * lane,
-         sum);
-  const float lse_t = p.lse_t ? warp_log_sum_exp(lse_t_part) : 0.f;
+  store4(static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) + 4 * lane, sum);
+  const float lse_t = p.output.lse_t ? warp_log_sum_exp(lse_t_part) : 0.f;
   if (lane == 0) {
-    if (p.lse) p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
-    if (p.lse_t) p.lse_t[token * p.lse_t_stride_token + head * p.lse_t_stride_head] = lse_t;
+    if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = lse;
+    if (p.output.lse_t) p.output.lse_t[p.output.lse_t_offset(token, head)] = lse_t;
   }
 }
 

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "sm90/output_params.h"
+
 namespace flashmsa::sm90 {
 
 constexpr int kMergeHeadDim = 128;
@@ -13,12 +15,7 @@ struct MergeParams {
   const float* partial_out;    // (num_splits, total_q, Hq, 128)
   const float* partial_lse;    // (num_splits, total_q, Hq)
   const float* partial_lse_t;  // (num_splits, total_q, Hq), read only when lse_t is wanted
-  void* out;                   // (total_q, Hq, 128) in q's dtype
-  int64_t out_stride_token, out_stride_head;
-  float* lse;                  // (total_q, Hq) or nullptr
-  int64_t lse_stride_token, lse_stride_head;
-  float* lse_t;                // (total_q, Hq) or nullptr
-  int64_t lse_t_stride_token, lse_t_stride_head;
+  OutputParams output;
   int64_t total_q;
   int32_t num_qo_heads;
   int32_t num_splits;

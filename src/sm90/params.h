@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "sm90/kernel_traits.h"
+#include "sm90/output_params.h"
 
 namespace flashmsa::sm90 {
 
@@ -17,12 +18,7 @@ struct PrefillParams {
 
   const void* q;  // (total_q, Hq, 128), last dim contiguous, rows 16-byte aligned
   int64_t q_stride_token, q_stride_head;
-  void* out;      // (total_q, Hq, 128) in q's dtype
-  int64_t out_stride_token, out_stride_head;
-  float* lse;     // (total_q, Hq) or nullptr
-  int64_t lse_stride_token, lse_stride_head;
-  float* lse_t;   // (total_q, Hq) or nullptr
-  int64_t lse_t_stride_token, lse_t_stride_head;
+  OutputParams output;
 
   const int32_t* q2k_indices;  // (Hkv, total_q, topk), any strides
   int64_t idx_stride_head, idx_stride_token, idx_stride_topk;

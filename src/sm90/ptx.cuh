@@ -61,7 +61,7 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// ---- programmatic dependent launch ----------------------------------------------------------------
+// ---- programmatic dependent launch --------------------------------------------------------------
 // Kernels launched with cudaLaunchAttributeProgrammaticStreamSerialization may start while the
 // previous kernel of the stream is still running; they must wait here before touching global
 // memory. Without that attribute both are no-ops.
