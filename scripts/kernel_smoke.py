@@ -113,6 +113,26 @@ def decode_kernel_times():
                       flush=True)
 
 
+def decode_tuning_sweep():
+    """Graph-replay times of the M3 decode cases under the launch overrides of launch.cu
+    (FLASHMSA_TUNE_PREFETCH: blocks prefetched into L2 ahead; FLASHMSA_TUNE_SPLITS: KV splits),
+    read by the library on every call."""
+    cases = ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768), (64, 1, 131072),
+             (32, 8, 32768))
+    settings = [("FLASHMSA_TUNE_PREFETCH", str(n)) for n in (0, 1, 2, 4)]
+    settings += [("FLASHMSA_TUNE_SPLITS", str(n)) for n in (1, 2, 4, 8, 16)]
+    for batch, tokens, kv_len in cases:
+        args = decode_case(batch, tokens, kv_len)
+        gbytes = kv_bytes(args)
+        for name, value in [("default", "")] + settings:
+            if name != "default":
+                os.environ[name] = value
+            seconds = time_graph(args)
+            os.environ.pop(name, None)
+            print(f"tune b{batch:3d} t{tokens} kv{kv_len:6d} {name}={value:3s} "
+                  f"{seconds * 1e6:9.1f} us {gbytes / seconds / 1e12:6.2f} TB/s", flush=True)
+
+
 def time_graph(args, reps=50):
     flashmsa.msa_sparse_attention(**args)
     torch.cuda.synchronize()
@@ -172,6 +192,8 @@ def main():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--sweep"]:
         decode_topk_sweep()
+    elif sys.argv[1:] == ["--tune"]:
+        decode_tuning_sweep()
     elif sys.argv[1:] == ["--kernels"]:
         decode_kernel_times()
     else:

@@ -139,16 +139,34 @@ __device__ __forceinline__ bool combine_warpgroups(const Smem& smem, int warpgro
   return true;
 }
 
+// Decode on the two-consumer kernel: when the tile's tokens all fit in one warpgroup's rows,
+// both warpgroups take the same rows and split the blocks between them (even / odd steps), then
+// combine (see combine_warpgroups). Otherwise each warpgroup owns its own tokens.
+template <int kConsumers>
+__device__ __forceinline__ bool warpgroups_share_rows(const PrefillParams& p, int num_tokens) {
+  return kConsumers == 2 && num_tokens <= p.tokens_per_warpgroup;
+}
+
+// A consumer warpgroup's Q rows into its buffer. Needs only the located tile (first row and
+// token count), so warp planning runs it while warp 0 plans.
+template <typename Element, int kConsumers>
+__device__ __forceinline__ void load_tile_queries(const PrefillParams& p, const Smem& smem,
+                                                  const TilePlan& plan, int kv_head,
+                                                  int head_chunk) {
+  const int warpgroup = threadIdx.x / 128 - 1;
+  const int row_group = warpgroups_share_rows<kConsumers>(p, plan.num_tokens) ? 0 : warpgroup;
+  load_queries<Element>(p, plan, smem.q(warpgroup), warpgroup, row_group, kv_head, head_chunk);
+  FLASHMSA_MARK(kMarkQueriesLoaded);
+}
+
+// Runs after load_tile_queries and planning.
 template <typename Element, bool kTemperatureLse, int kConsumers>
 __device__ inline void consume(const PrefillParams& p, const Smem& smem, const TilePlan& plan,
                         int kv_head, int head_chunk) {
   const int warpgroup = threadIdx.x / 128 - 1;
   const int thread = threadIdx.x % 128;
   const int lane = thread % 32;
-  // Decode: when the tile's tokens all fit in one warpgroup's rows, both warpgroups take the
-  // same rows and split the blocks between them (even / odd steps), then combine (see
-  // combine_warpgroups). Otherwise each warpgroup owns its own tokens.
-  const bool share_rows = kConsumers == 2 && plan.num_tokens <= p.tokens_per_warpgroup;
+  const bool share_rows = warpgroups_share_rows<kConsumers>(p, plan.num_tokens);
   const int row_group = share_rows ? 0 : warpgroup;
 
   RowSource rows[2];
@@ -171,9 +189,6 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
   }
 
   uint8_t* q_smem = smem.q(warpgroup);
-  load_queries<Element>(p, plan, q_smem, warpgroup, row_group, kv_head, head_chunk);
-
-  FLASHMSA_MARK(kMarkQueriesLoaded);
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
   Accumulator o;
@@ -251,7 +266,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + rows[h].head;
     const float scale = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
     if (p.num_splits > 1) {
-      const int64_t partial_row = (blockIdx.z * p.total_q + token) * p.num_qo_heads + head;
+      const int64_t partial_row = (plan.split * p.total_q + token) * p.num_qo_heads + head;
       float* out = p.partial_out + partial_row * kHeadDim + 2 * (lane % 4);
 #pragma unroll
       for (int j = 0; j < 16; ++j) {

@@ -61,6 +61,7 @@ struct SmemHeader {
   int32_t request_seqlen_k;
   int32_t request_first_key_row;  // flat path: row of k/v holding the request's key 0
   int64_t tile_first_position;    // query position (causal) of tile token 0
+  int32_t union_size;             // distinct selected blocks of the tile (warp planning)
 };
 
 // Byte offsets from the 1024-aligned base of dynamic shared memory, computed by launch.cu.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -123,9 +124,22 @@ CUtensorMap make_kv_tensor_map(const char* name, const void* base, const flashms
 struct TileConfig {
   int32_t heads_per_chunk, num_head_chunks, tokens_per_warpgroup, tokens_per_tile;
   int32_t num_consumer_warpgroups, ctas_per_sm;
-  int64_t max_tiles;   // grid.x
-  int32_t num_splits;  // grid.z
+  int64_t max_tiles;  // per head column
+  int32_t num_splits;
+  int32_t prefetch_blocks;
 };
+
+// Measurement overrides of the shape-derived launch choices, for sweeps on the GPU machine
+// (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS and FLASHMSA_TUNE_PREFETCH. Unset, or
+// not a number in [minimum, maximum], leaves the heuristic's value.
+int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_t maximum) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return value;
+  char* end = nullptr;
+  const long parsed = std::strtol(text, &end, 10);
+  if (*end != '\0' || parsed < minimum || parsed > maximum) return value;
+  return static_cast<int32_t>(parsed);
+}
 
 int multiprocessor_count(int device) {
   int count = 0;
@@ -133,6 +147,9 @@ int multiprocessor_count(int device) {
              "cudaDeviceGetAttribute");
   return count;
 }
+
+// Blocks a decode CTA's producer prefetches into L2 ahead of its one K and one V stage.
+constexpr int32_t kDecodePrefetchBlocks = 0;
 
 TileConfig tile_config(const flashmsa_args& args) {
   TileConfig c;
@@ -171,6 +188,10 @@ TileConfig tile_config(const flashmsa_args& args) {
   if (units > 0 && units * 10 < slots * 9) {
     c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / units, 1, most));
   }
+  c.num_splits = tuning_override("FLASHMSA_TUNE_SPLITS", c.num_splits, 1,
+                                 static_cast<int32_t>(most));
+  c.prefetch_blocks = decode_like ? kDecodePrefetchBlocks : 0;
+  c.prefetch_blocks = tuning_override("FLASHMSA_TUNE_PREFETCH", c.prefetch_blocks, 0, 64);
   return c;
 }
 
@@ -281,6 +302,12 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.tokens_per_tile = tiles.tokens_per_tile;
   p.num_splits = tiles.num_splits;
   p.num_consumer_warpgroups = tiles.num_consumer_warpgroups;
+  p.uniform_rows = args.total_q % args.batch_size == 0 && args.total_q <= INT32_MAX
+                       ? static_cast<int32_t>(args.total_q / args.batch_size)
+                       : 0;
+  p.tiles_outer = tiles.num_consumer_warpgroups == 1;
+  p.max_tiles = tiles.max_tiles;
+  p.prefetch_blocks = tiles.prefetch_blocks;
   p.smem_layout = smem_layout(args, tiles);
 
   constexpr double kLog2e = 1.4426950408889634;
@@ -330,13 +357,16 @@ void run_sm90(const flashmsa_args& args) {
     params.partial_lse = reinterpret_cast<float*>(workspace + layout.partial_lse);
     params.partial_lse_t = reinterpret_cast<float*>(workspace + layout.partial_lse_t);
   }
+  // One linear grid dimension; the kernel splits blockIdx.x into (tile, head column, split) in
+  // the order params.tiles_outer says (planning.cuh: cta_work).
   const int64_t columns = args.num_kv_heads * params.num_head_chunks;
-  if (tiles.max_tiles > INT32_MAX || columns > 65535) {
+  const int64_t ctas = tiles.max_tiles * columns * tiles.num_splits;
+  if (ctas > INT32_MAX) {
     fail_not_supported("problem too large for one launch: " + std::to_string(tiles.max_tiles) +
-                       " query tiles x " + std::to_string(columns) + " head columns");
+                       " query tiles x " + std::to_string(columns) + " head columns x " +
+                       std::to_string(tiles.num_splits) + " splits");
   }
-  const dim3 grid(static_cast<unsigned>(tiles.max_tiles), static_cast<unsigned>(columns),
-                  static_cast<unsigned>(tiles.num_splits));
+  const dim3 grid(static_cast<unsigned>(ctas));
   const bool temperature_lse = args.lse_t != nullptr;
   cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
   const bool bf16 = args.q_dtype == FLASHMSA_DTYPE_BF16;

@@ -39,8 +39,21 @@ struct PrefillParams {
   // ceil(G / 64) head chunks, each its own CTA column.
   int32_t heads_per_chunk, num_head_chunks, tokens_per_warpgroup, tokens_per_tile;
   int32_t num_consumer_warpgroups;  // 2: prefill shape; 1: decode shape, two CTAs per SM
+  // Rows per request when every request may have the same number (total_q = B x uniform_rows,
+  // decode batches), else 0: warp planning guesses the tile's rows from it (warp_planning.cuh).
+  int32_t uniform_rows;
+  // How blockIdx.x splits into (tile, head column, KV split), see cta_work(): decode puts the
+  // tile outermost so that the CTAs of real tiles come first in the grid (the bound on tiles is
+  // loose, and CTAs past the real tiles would otherwise take first-wave slots); prefill puts
+  // the head column outermost so that one head's neighbouring tiles, which share blocks, run
+  // together.
+  int32_t tiles_outer;
+  int64_t max_tiles;  // tiles per head column (a bound: CTAs past the real tiles exit)
+  // Blocks the producer prefetches into L2 ahead of the one it loads into shared memory (decode:
+  // one K and one V stage per CTA leave few bytes in flight otherwise).
+  int32_t prefetch_blocks;
 
-  // KV split (decode): grid.z = num_splits CTAs share each tile's union of blocks and write
+  // KV split (decode): num_splits CTAs share each tile's union of blocks and write
   // fp32 partials, (num_splits, total_q, Hq, 128) and (num_splits, total_q, Hq), to the
   // workspace; merge.cu reduces them. num_splits == 1 writes out directly.
   int32_t num_splits;

@@ -1,9 +1,12 @@
-// Per-tile planning, run by every thread of the CTA before the warp roles split:
-//   1. find the request and first query row of this CTA's tile (grid sized from shapes only);
+// Per-tile planning, before the warp roles split:
+//   1. find the request and first query row of this CTA's tile (grid sized from shapes only;
+//      every thread takes part);
 //   2. for each token of the tile, its visible key limit (causal position, sequence length);
 //   3. the union of the tokens' selected blocks (contract section 4 set semantics), sorted
 //      ascending so that flat and paged calls visit keys in the same order (bitwise equality);
 //   4. for each union block, the bit mask of tile tokens that selected it.
+// Steps 2-4 run here on every thread (plan_union) when a tile has more than 128 candidates, and
+// in one warp's registers otherwise (warp_planning.cuh: decode).
 // Every id read from device memory goes through visibility.h's rules: nothing it says is
 // dereferenced before being checked, so garbage indices cannot read out of bounds.
 #pragma once
@@ -18,6 +21,29 @@
 
 namespace flashmsa::sm90 {
 
+// What a CTA works on, from its linear block index (params.h: tiles_outer).
+struct CtaWork {
+  int64_t tile;
+  int32_t kv_head;
+  int32_t head_chunk;
+  int32_t split;
+};
+
+// The launch keeps the grid below 2^31 CTAs, so 32-bit division suffices.
+__device__ __forceinline__ CtaWork cta_work(const PrefillParams& p) {
+  const uint32_t columns = static_cast<uint32_t>(p.num_kv_heads * p.num_head_chunks);
+  const uint32_t tiles = static_cast<uint32_t>(p.max_tiles);
+  const uint32_t splits = static_cast<uint32_t>(p.num_splits);
+  const uint32_t rest = blockIdx.x / splits;
+  const uint32_t column = p.tiles_outer ? rest % columns : rest / tiles;
+  CtaWork work;
+  work.split = static_cast<int32_t>(blockIdx.x % splits);
+  work.tile = p.tiles_outer ? rest / columns : rest % tiles;
+  work.kv_head = static_cast<int32_t>(column / p.num_head_chunks);
+  work.head_chunk = static_cast<int32_t>(column % p.num_head_chunks);
+  return work;
+}
+
 struct TilePlan {
   int32_t batch_index;      // -1: this CTA's tile index is past the last tile
   int32_t first_row;        // global query row of tile token 0
@@ -28,7 +54,21 @@ struct TilePlan {
   // with one (decode), split s of S takes union entries [U * s / S, U * (s + 1) / S).
   int32_t slice_begin;
   int32_t slice_end;
+  int32_t split;
 };
+
+// The plan of a located tile whose union is in shared memory.
+__device__ __forceinline__ TilePlan tile_plan(const SmemHeader& header, int32_t union_size,
+                                              int32_t split, int32_t num_splits) {
+  return TilePlan{header.batch_index,
+                  header.tile_first_row,
+                  header.tile_num_tokens,
+                  header.request_seqlen_k,
+                  union_size,
+                  union_size * split / num_splits,
+                  union_size * (split + 1) / num_splits,
+                  split};
+}
 
 // Exclusive prefix sum of one value per thread over the whole CTA.
 __device__ __forceinline__ int32_t block_exclusive_scan(int32_t value, int32_t* warp_totals,
@@ -168,14 +208,12 @@ constexpr int kWarpSortMax = 128;  // lists up to this long are sorted by one wa
 // shared memory (entry_blocks), and every loop over them is rolled (#pragma unroll 1): a CTA
 // runs planning once, with cold instruction caches, and unrolled copies of these loops made it
 // take about 5 us on the H200 (docs/performance.md).
-__device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, int64_t tile_index,
-                                     int kv_head) {
+// Runs after locate_tile on every thread of a located tile (batch_index >= 0); ends with a
+// barrier.
+__device__ inline TilePlan plan_union(const PrefillParams& p, const Smem& smem, int kv_head,
+                                      int split) {
   const int tid = threadIdx.x, threads = blockDim.x;
-  locate_tile(p, smem, tile_index);
-  __syncthreads();
-  FLASHMSA_MARK(kMarkLocated);
   SmemHeader& header = smem.header();
-  if (header.batch_index < 0) return TilePlan{-1, 0, 0, 0, 0, 0, 0};
   const int topk = p.topk;
   // Only the tile's existing tokens have entries (a decode tile often holds one token).
   const int num_entries = header.tile_num_tokens * topk;
@@ -305,11 +343,7 @@ __device__ inline TilePlan plan_tile(const PrefillParams& p, const Smem& smem, i
     atomicOr(&smem.token_mask(lo)[token / 32], 1u << (token % 32));
   }
   __syncthreads();
-  // A KV split's CTAs share the union: split s of S takes [U s / S, U (s + 1) / S).
-  const int split = blockIdx.z;
-  return TilePlan{header.batch_index, header.tile_first_row, header.tile_num_tokens,
-                  header.request_seqlen_k, union_size, union_size * split / p.num_splits,
-                  union_size * (split + 1) / p.num_splits};
+  return tile_plan(header, union_size, split, p.num_splits);
 }
 
 }  // namespace flashmsa::sm90

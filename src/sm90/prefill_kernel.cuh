@@ -1,5 +1,6 @@
 // The Hopper MSA kernel: one CTA per (query tile, KV head, head chunk, KV split).
-//   planning (all threads) -> warpgroup 0: TMA producer | warpgroups 1..kConsumers: wgmma.
+//   planning (all threads, or warp 0 while the consumers load Q) -> warpgroup 0: TMA producer |
+//   warpgroups 1..kConsumers: wgmma.
 // See docs/design.md for the tiling, the union-of-blocks plan and the measured trade-offs.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include "sm90/producer.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/timeline.cuh"
+#include "sm90/warp_planning.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -21,8 +23,7 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   extern __shared__ uint8_t shared_memory_raw[];
   const uint32_t misalignment = smem_address(shared_memory_raw) % 1024;
   const Smem smem{shared_memory_raw + (1024 - misalignment) % 1024, params.smem_layout};
-  const int kv_head = blockIdx.y / params.num_head_chunks;
-  const int head_chunk = blockIdx.y % params.num_head_chunks;
+  const CtaWork work = cta_work(params);
 
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
@@ -41,19 +42,55 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   // inputs it may have written are read only from here on.
   wait_for_previous_grid();
   FLASHMSA_MARK(kMarkWaited);
-  const TilePlan plan = plan_tile(params, smem, blockIdx.x, kv_head);  // ends with a barrier
+
+  // Planning. Warp planning (decode) loads the guessed tile's index entries in the same round of
+  // loads as the request scan, then plans in warp 0 while the consumers load Q.
+  const bool warp_planning = plans_in_one_warp(params);
+  TileGuess guess{-1, 0, 0};
+  WarpEntries entries;
+  if (warp_planning && threadIdx.x < 32) {
+    guess = guess_tile(params, work.tile);
+    if (guess.batch_index >= 0) {
+      entries = load_warp_entries(params, guess.first_row, guess.num_tokens, work.kv_head);
+    }
+  }
+  locate_tile(params, smem, work.tile);
+  __syncthreads();
+  FLASHMSA_MARK(kMarkLocated);
+  const SmemHeader& header = smem.header();
+  if (header.batch_index < 0) {
+    allow_next_grid_launch();
+    return;
+  }
+  TilePlan plan;
+  const bool is_consumer = threadIdx.x >= 128;
+  if (warp_planning) {
+    if (threadIdx.x < 32) {
+      plan_tile_in_warp(params, smem, entries, guess, work.kv_head);
+    } else if (is_consumer) {
+      load_tile_queries<Element, kConsumers>(params, smem, tile_plan(header, 0, 0, 1),
+                                             work.kv_head, work.head_chunk);
+    }
+    __syncthreads();
+    plan = tile_plan(header, header.union_size, work.split, params.num_splits);
+  } else {
+    plan = plan_union(params, smem, work.kv_head, work.split);  // ends with a barrier
+    if (is_consumer) {
+      load_tile_queries<Element, kConsumers>(params, smem, plan, work.kv_head, work.head_chunk);
+    }
+  }
   // The merge kernel of a KV split (and the next kernel of the stream) may now be scheduled: it
   // waits for this grid to complete before it reads anything.
   allow_next_grid_launch();
   FLASHMSA_MARK(kMarkPlanned);
-  if (plan.batch_index < 0) return;
 
-  if (threadIdx.x < 128) {
+  if (!is_consumer) {
     registers_decrease<Roles::kProducerRegisters>();
-    if (threadIdx.x == 0) produce(params, smem, plan, kv_head);
+    if (threadIdx.x == 0) produce(params, smem, plan, work.kv_head);
   } else {
     registers_increase<Roles::kConsumerRegisters>();
-    consume<Element, kTemperatureLse, kConsumers>(params, smem, plan, kv_head, head_chunk);
+    consume<Element, kTemperatureLse, kConsumers>(params, smem, plan, work.kv_head,
+                                                  work.head_chunk);
   }
 }
 

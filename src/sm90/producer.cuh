@@ -33,6 +33,29 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
   }
 }
 
+// Starts bringing one block of K or V into L2 (no shared memory, no barrier): the TMA unit's
+// prefetch form of load_block.
+__device__ __forceinline__ void prefetch_block(const CUtensorMap* map, bool is_paged,
+                                               int32_t coord, int32_t kv_head) {
+  const uint64_t descriptor = reinterpret_cast<uint64_t>(map);
+#pragma unroll
+  for (int panel = 0; panel < 2; ++panel) {
+    const int32_t dim = panel * kPanelElems;
+    if (is_paged) {
+      asm volatile(
+          "cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(
+              descriptor),
+          "r"(dim), "r"(0), "r"(kv_head), "r"(coord)
+          : "memory");
+    } else {
+      asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(
+                       descriptor),
+                   "r"(dim), "r"(coord), "r"(kv_head)
+                   : "memory");
+    }
+  }
+}
+
 // Step i issues V of block i - 1, then K of block i. The consumers finish with V of block
 // i - 3 (for its stage) before K of block i - 2, so V's stage is always free first, and with one
 // stage per ring (the decode kernel) K and V of the first block go out together.
@@ -52,9 +75,18 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
                p.is_paged, coord, kv_head);
   };
   const int steps = plan.slice_end - plan.slice_begin;
+  // Blocks [0, prefetched) of the slice are loaded or on their way to L2: with K(i), blocks up
+  // to i + prefetch_blocks are.
+  int prefetched = 1;
   for (int i = 0; i <= steps; ++i) {
     if (i > 0) load(true, i - 1);
     if (i < steps) load(false, i);
+#pragma unroll 1
+    for (; prefetched < min(steps, i + 1 + p.prefetch_blocks); ++prefetched) {
+      const int32_t coord = smem.union_coords()[plan.slice_begin + prefetched];
+      prefetch_block(&p.tma_k, p.is_paged, coord, kv_head);
+      prefetch_block(&p.tma_v, p.is_paged, coord, kv_head);
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 // Device timeline for diagnosis, compiled in only with -DFLASHMSA_TIMELINE=ON (CMake option; the
 // release kernels contain none of it). Thread 128 (the first consumer thread, which also takes
-// part in planning) of two CTAs, grid x = 0 and x = FLASHMSA_TIMELINE_SECOND_CTA (y = z = 0),
-// stores %globaltimer at phase boundaries into a device array and prints the phases, in ns from
+// part in block-wide planning; warp planning's phases are marked by thread 0) of two CTAs,
+// blockIdx.x = 0 and FLASHMSA_TIMELINE_SECOND_CTA, stores %globaltimer at phase boundaries into a device array and prints the phases, in ns from
 // kernel entry, after its epilogue (`TL cta ...` lines; scripts/timeline.py tabulates them).
 // Stores, not printf, at the marks: a printf costs tens of microseconds and would be the timeline.
 #pragma once
@@ -25,8 +25,8 @@ enum TimelineMark {
 
 __device__ uint64_t g_timeline[2][kNumMarks];
 
-__device__ __forceinline__ int timeline_slot() {
-  if (threadIdx.x != 128 || blockIdx.y != 0 || blockIdx.z != 0) return -1;
+__device__ __forceinline__ int timeline_slot(int thread = 128) {
+  if (threadIdx.x != thread) return -1;
   return blockIdx.x == 0 ? 0 : blockIdx.x == FLASHMSA_TIMELINE_SECOND_CTA ? 1 : -1;
 }
 
@@ -36,8 +36,8 @@ __device__ __forceinline__ uint64_t timeline_now() {
   return t;
 }
 
-__device__ __forceinline__ void timeline_mark(TimelineMark mark) {
-  const int slot = timeline_slot();
+__device__ __forceinline__ void timeline_mark(TimelineMark mark, int thread = 128) {
+  const int slot = timeline_slot(thread);
   if (slot >= 0) g_timeline[slot][mark] = timeline_now();
 }
 
@@ -61,6 +61,8 @@ __device__ __forceinline__ void timeline_print() {
 }  // namespace flashmsa::sm90
 
 #define FLASHMSA_MARK(mark) ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark)
+#define FLASHMSA_MARK_BY(thread, mark) \
+  ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark, thread)
 #define FLASHMSA_MARK_IF(condition, mark) \
   if (condition) ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark)
 #define FLASHMSA_TIMELINE_PRINT() ::flashmsa::sm90::timeline_print()
@@ -68,6 +70,7 @@ __device__ __forceinline__ void timeline_print() {
 #else
 
 #define FLASHMSA_MARK(mark) ((void)0)
+#define FLASHMSA_MARK_BY(thread, mark) ((void)0)
 #define FLASHMSA_MARK_IF(condition, mark) ((void)0)
 #define FLASHMSA_TIMELINE_PRINT() ((void)0)
 
