@@ -115,11 +115,11 @@ def decode_kernel_times():
 
 def decode_tuning_sweep():
     """Graph-replay times of the M3 decode cases under the launch overrides of launch.cu
-    (FLASHMSA_TUNE_PREFETCH: blocks prefetched into L2 ahead; FLASHMSA_TUNE_SPLITS: KV splits),
-    read by the library on every call."""
+    (FLASHMSA_TUNE_SPLITS: KV splits; FLASHMSA_TUNE_TILES_OUTER: grid order;
+    FLASHMSA_TUNE_EVICT_FIRST: L2 policy of the K/V loads), read by the library on every call."""
     cases = ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768), (64, 1, 131072),
              (32, 8, 32768))
-    settings = [("FLASHMSA_TUNE_PREFETCH", str(n)) for n in (0, 1, 2, 4)]
+    settings = [("FLASHMSA_TUNE_TILES_OUTER", "0"), ("FLASHMSA_TUNE_EVICT_FIRST", "0")]
     settings += [("FLASHMSA_TUNE_SPLITS", str(n)) for n in (1, 2, 4, 8, 16)]
     for batch, tokens, kv_len in cases:
         args = decode_case(batch, tokens, kv_len)

@@ -34,6 +34,13 @@ constexpr int kKvPanelBytes = kBlockKeys * 128;        // 16 KiB
 constexpr int kKvTileBytes = 2 * kKvPanelBytes;        // one operand of one block: 32 KiB
 constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one block
 
+// L2 policies of the K/V loads (PrefillParams::kv_cache_hint, the TMA cache-hint operand):
+// evict-normal for prefill (blocks are shared by neighbouring tiles of one head), evict-first
+// for decode (each block is read once per call, and should not displace what the next kernels
+// read: their code, parameters and metadata).
+constexpr uint64_t kCacheHintEvictNormal = 0x1000000000000000ull;
+constexpr uint64_t kCacheHintEvictFirst = 0x12F0000000000000ull;
+
 // Register budgets (setmaxnreg): the producer warpgroup only issues TMA, the consumers hold the
 // 64x128 fp32 S and O accumulators (64 + 64 registers per thread) plus P in 16-bit.
 // Two consumers, one CTA per SM: 24 + 2 * 240 = 504 <= 65536 / 128 = 512.
@@ -62,6 +69,7 @@ struct SmemHeader {
   int32_t request_first_key_row;  // flat path: row of k/v holding the request's key 0
   int64_t tile_first_position;    // query position (causal) of tile token 0
   int32_t union_size;             // distinct selected blocks of the tile (warp planning)
+  uint32_t constant_warmup;       // sink of the parameter-block warm-up loads (never read)
 };
 
 // Byte offsets from the 1024-aligned base of dynamic shared memory, computed by launch.cu.
@@ -123,9 +131,15 @@ struct Smem {
   __device__ __forceinline__ int32_t* entry_blocks() const {
     return reinterpret_cast<int32_t*>(base + layout.v + kMaxCandidates * sizeof(int64_t));
   }
+  // Warp planning's scratch, also in the first V stage: the request's page-table row.
+  __device__ __forceinline__ int32_t* page_row() const {
+    return reinterpret_cast<int32_t*>(base + layout.v);
+  }
 };
 
 static_assert(kMaxCandidates * (sizeof(int64_t) + sizeof(int32_t)) <= kKvTileBytes,
               "planning's scratch must fit in one V stage");
+static_assert((kMaxThreads - 32) * 8 * sizeof(int32_t) <= kKvTileBytes,
+              "warp planning's page-table row (kPageRowLoadsPerThread = 8) must fit in one V stage");
 
 }  // namespace flashmsa::sm90

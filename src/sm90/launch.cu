@@ -126,11 +126,13 @@ struct TileConfig {
   int32_t num_consumer_warpgroups, ctas_per_sm;
   int64_t max_tiles;  // per head column
   int32_t num_splits;
-  int32_t prefetch_blocks;
+  bool tiles_outer;      // params.h
+  bool kv_evict_first;   // L2 policy of the K/V loads
 };
 
 // Measurement overrides of the shape-derived launch choices, for sweeps on the GPU machine
-// (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS and FLASHMSA_TUNE_PREFETCH. Unset, or
+// (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS, FLASHMSA_TUNE_TILES_OUTER and
+// FLASHMSA_TUNE_EVICT_FIRST (0 or 1). Unset, or
 // not a number in [minimum, maximum], leaves the heuristic's value.
 int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_t maximum) {
   const char* text = std::getenv(name);
@@ -147,9 +149,6 @@ int multiprocessor_count(int device) {
              "cudaDeviceGetAttribute");
   return count;
 }
-
-// Blocks a decode CTA's producer prefetches into L2 ahead of its one K and one V stage.
-constexpr int32_t kDecodePrefetchBlocks = 0;
 
 TileConfig tile_config(const flashmsa_args& args) {
   TileConfig c;
@@ -190,8 +189,8 @@ TileConfig tile_config(const flashmsa_args& args) {
   }
   c.num_splits = tuning_override("FLASHMSA_TUNE_SPLITS", c.num_splits, 1,
                                  static_cast<int32_t>(most));
-  c.prefetch_blocks = decode_like ? kDecodePrefetchBlocks : 0;
-  c.prefetch_blocks = tuning_override("FLASHMSA_TUNE_PREFETCH", c.prefetch_blocks, 0, 64);
+  c.tiles_outer = tuning_override("FLASHMSA_TUNE_TILES_OUTER", decode_like, 0, 1) != 0;
+  c.kv_evict_first = tuning_override("FLASHMSA_TUNE_EVICT_FIRST", decode_like, 0, 1) != 0;
   return c;
 }
 
@@ -305,9 +304,9 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.uniform_rows = args.total_q % args.batch_size == 0 && args.total_q <= INT32_MAX
                        ? static_cast<int32_t>(args.total_q / args.batch_size)
                        : 0;
-  p.tiles_outer = tiles.num_consumer_warpgroups == 1;
+  p.tiles_outer = tiles.tiles_outer;
   p.max_tiles = tiles.max_tiles;
-  p.prefetch_blocks = tiles.prefetch_blocks;
+  p.kv_cache_hint = tiles.kv_evict_first ? sm90::kCacheHintEvictFirst : sm90::kCacheHintEvictNormal;
   p.smem_layout = smem_layout(args, tiles);
 
   constexpr double kLog2e = 1.4426950408889634;

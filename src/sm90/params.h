@@ -49,9 +49,7 @@ struct PrefillParams {
   // together.
   int32_t tiles_outer;
   int64_t max_tiles;  // tiles per head column (a bound: CTAs past the real tiles exit)
-  // Blocks the producer prefetches into L2 ahead of the one it loads into shared memory (decode:
-  // one K and one V stage per CTA leave few bytes in flight otherwise).
-  int32_t prefetch_blocks;
+  uint64_t kv_cache_hint;  // L2 policy of the K/V loads (producer.cuh)
 
   // KV split (decode): num_splits CTAs share each tile's union of blocks and write
   // fp32 partials, (num_splits, total_q, Hq, 128) and (num_splits, total_q, Hq), to the

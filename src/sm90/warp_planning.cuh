@@ -5,8 +5,8 @@
 // 4l .. 4l + 3), so there is no block barrier between the steps, and the consumer warpgroup
 // loads Q meanwhile. Decode CTAs spent about 5 us in block-wide planning with the DRAM idle
 // (docs/performance.md); this path cuts the chain to two dependent rounds of loads (the request
-// scan together with the guessed tile's index entries, then the page ids) and a few hundred
-// cycles of register work.
+// scan together with the guessed tile's index entries and its request's page-table row, then
+// the block scan) and a few hundred cycles of register work.
 #pragma once
 
 #include <stdint.h>
@@ -74,6 +74,48 @@ __device__ __forceinline__ TileGuess guess_tile(const PrefillParams& p, int64_t 
   return guess;
 }
 
+// The guessed request's page-table row, loaded in the same round by the threads that do not load
+// index entries (all but warp 0), so that looking a block's page up is a shared-memory read, not
+// a third dependent round of global loads. kPageRowLoadsPerThread loads per thread are held in
+// registers across the request scan and stored after it; the row lives in the first V stage,
+// untouched until planning is over. Blocks past the cached length are looked up in global
+// memory.
+constexpr int kPageRowLoadsPerThread = 8;
+
+struct PageRowLoads {
+  int32_t page[kPageRowLoadsPerThread];
+};
+
+__device__ __forceinline__ int cached_page_row_length(const PrefillParams& p,
+                                                      const TileGuess& guess) {
+  if (!p.is_paged || guess.batch_index < 0) return 0;
+  const int64_t capacity = static_cast<int64_t>(blockDim.x - 32) * kPageRowLoadsPerThread;
+  return static_cast<int>(min(p.max_pages, capacity));
+}
+
+__device__ __forceinline__ PageRowLoads load_page_row(const PrefillParams& p,
+                                                      const TileGuess& guess, int length) {
+  const int helper = threadIdx.x - 32, helpers = blockDim.x - 32;
+  const int32_t* row = p.page_table + guess.batch_index * p.page_table_stride_batch;
+  PageRowLoads loads;
+#pragma unroll
+  for (int k = 0; k < kPageRowLoadsPerThread; ++k) {
+    const int i = helper + k * helpers;
+    loads.page[k] = i < length ? row[i * p.page_table_stride_page] : -1;
+  }
+  return loads;
+}
+
+__device__ __forceinline__ void store_page_row(const Smem& smem, const PageRowLoads& loads,
+                                               int length) {
+  const int helper = threadIdx.x - 32, helpers = blockDim.x - 32;
+#pragma unroll
+  for (int k = 0; k < kPageRowLoadsPerThread; ++k) {
+    const int i = helper + k * helpers;
+    if (i < length) smem.page_row()[i] = loads.page[k];
+  }
+}
+
 __device__ __forceinline__ bool guess_holds(const TileGuess& guess, const SmemHeader& header) {
   return guess.batch_index == header.batch_index && guess.first_row == header.tile_first_row &&
          guess.num_tokens == header.tile_num_tokens;
@@ -127,6 +169,8 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
   if (!guess_holds(guess, header)) {
     entries = load_warp_entries(p, header.tile_first_row, num_tokens, kv_head);
   }
+  const int page_row_length =
+      guess.batch_index == header.batch_index ? cached_page_row_length(p, guess) : 0;
   int32_t* first_negative = smem.token_first_negative();
   int32_t* limits = smem.token_key_limit();
 #pragma unroll 1
@@ -149,8 +193,8 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
   }
   __syncwarp();
   FLASHMSA_MARK_BY(0, kMarkNegativesCut);
-  // Rules 2 and 3: (block, TMA coordinate) pairs of the entries that select keys; the page ids
-  // of all four entries are loaded at once. Dropped entries become -1.
+  // Rules 2 and 3: (block, TMA coordinate) pairs of the entries that select keys. Dropped
+  // entries become -1.
   int64_t value[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
@@ -159,11 +203,16 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
     value[r] = kInvalidCandidate;
     if (e < num_entries && e % topk < first_negative[token[r]] &&
         block_selects_keys(block, limits[token[r]], p.is_paged, p.max_pages)) {
-      const int64_t coord =
-          p.is_paged ? page_of_block(p.page_table, p.page_table_stride_batch,
-                                     p.page_table_stride_page, header.batch_index, block,
-                                     p.num_pages)
-                     : header.request_first_key_row + static_cast<int64_t>(block) * kBlockSize;
+      int64_t coord;
+      if (!p.is_paged) {
+        coord = header.request_first_key_row + static_cast<int64_t>(block) * kBlockSize;
+      } else if (block < page_row_length) {
+        const int64_t page = smem.page_row()[block];
+        coord = page >= 0 && page < p.num_pages ? page : -1;
+      } else {
+        coord = page_of_block(p.page_table, p.page_table_stride_batch, p.page_table_stride_page,
+                              header.batch_index, block, p.num_pages);
+      }
       if (coord >= 0) value[r] = (static_cast<int64_t>(block) << 32) | static_cast<uint32_t>(coord);
     }
     if (value[r] == kInvalidCandidate) entries.block[r] = -1;
