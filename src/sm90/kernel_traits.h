@@ -70,7 +70,18 @@ struct SmemHeader {
   int64_t tile_first_position;    // query position (causal) of tile token 0
   int32_t union_size;             // distinct selected blocks of the tile (warp planning)
   uint32_t constant_warmup;       // sink of the parameter-block warm-up loads (never read)
+  // Warp planning's speculative first block (warp_planning.cuh): its K and V land on these.
+  uint64_t speculative_k_full;
+  uint64_t speculative_v_full;
 };
+
+// Warp planning's scratch (SmemLayout::warp_scratch): the guessed request's page-table row,
+// kPageRowLoadsPerThread entries per thread of warps 1 and up, then the union slot of each of
+// the tile's (at most 128) index entries.
+constexpr int kPageRowLoadsPerThread = 8;
+constexpr int kPageRowCapacity = (kMaxThreads - 32) * kPageRowLoadsPerThread;
+constexpr int kWarpPlanMaxEntries = 128;
+constexpr uint32_t kWarpScratchBytes = (kPageRowCapacity + kWarpPlanMaxEntries) * 4;
 
 // Byte offsets from the 1024-aligned base of dynamic shared memory, computed by launch.cu.
 struct SmemLayout {
@@ -81,6 +92,7 @@ struct SmemLayout {
   uint32_t token_masks;                // uint32[...][mask_words]: bit t = tile token t chose it
   uint32_t token_key_limit;            // int32[tokens_per_tile]: keys [0, limit) are visible
   uint32_t token_first_negative;       // int32[tokens_per_tile]
+  uint32_t warp_scratch;               // kWarpScratchBytes, launches that plan in one warp only
   uint32_t header;                     // SmemHeader
   int32_t num_stages;
   int32_t mask_words;
@@ -131,15 +143,16 @@ struct Smem {
   __device__ __forceinline__ int32_t* entry_blocks() const {
     return reinterpret_cast<int32_t*>(base + layout.v + kMaxCandidates * sizeof(int64_t));
   }
-  // Warp planning's scratch, also in the first V stage: the request's page-table row.
   __device__ __forceinline__ int32_t* page_row() const {
-    return reinterpret_cast<int32_t*>(base + layout.v);
+    return reinterpret_cast<int32_t*>(base + layout.warp_scratch);
+  }
+  __device__ __forceinline__ int32_t* slot_of_entry() const {
+    return reinterpret_cast<int32_t*>(base + layout.warp_scratch) + kPageRowCapacity;
   }
 };
 
 static_assert(kMaxCandidates * (sizeof(int64_t) + sizeof(int32_t)) <= kKvTileBytes,
               "planning's scratch must fit in one V stage");
-static_assert((kMaxThreads - 32) * 8 * sizeof(int32_t) <= kKvTileBytes,
-              "warp planning's page-table row (kPageRowLoadsPerThread = 8) must fit in one V stage");
+
 
 }  // namespace flashmsa::sm90

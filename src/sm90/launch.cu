@@ -208,9 +208,11 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
   const uint32_t tokens = static_cast<uint32_t>(c.tokens_per_tile);
   const uint32_t candidates = tokens * static_cast<uint32_t>(args.topk);
   layout.mask_words = static_cast<int32_t>((tokens + 31) / 32);
+  // Launches whose tiles hold at most 128 candidates plan in one warp (warp_planning.cuh).
+  const uint32_t warp_scratch_bytes = candidates <= kWarpPlanMaxEntries ? kWarpScratchBytes : 0;
   const uint32_t planning_bytes =
       align(candidates * 4, 16) * 2 + align(candidates * layout.mask_words * 4, 16) +
-      align(tokens * 4, 16) * 2 + align(sizeof(SmemHeader), 16);
+      align(tokens * 4, 16) * 2 + warp_scratch_bytes + align(sizeof(SmemHeader), 16);
   const uint32_t stage_bytes = 2 * kKvTileBytes;  // K and V of one block
   // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
   const uint32_t budget = c.ctas_per_sm == 1 ? kSharedMemoryLimit : (228 * 1024) / 2 - 1024;
@@ -235,6 +237,8 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
   offset += align(tokens * 4, 16);
   layout.token_first_negative = offset;
   offset += align(tokens * 4, 16);
+  layout.warp_scratch = offset;
+  offset += warp_scratch_bytes;
   layout.header = offset;
   layout.bytes = offset + align(sizeof(SmemHeader), 16);
   return layout;

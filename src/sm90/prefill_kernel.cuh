@@ -15,6 +15,53 @@
 
 namespace flashmsa::sm90 {
 
+// Locates the CTA's tile, plans it and loads the consumers' Q rows; ends with a barrier after
+// which the plan is in shared memory. batch_index < 0: no tile for this CTA. Warp planning
+// (decode) loads the guessed tile's index entries and page-table row in the same round of loads
+// as the request scan; then thread 0 (the producer) issues the speculative first block and warp
+// 0 plans while the consumers load Q.
+template <typename Element, int kConsumers>
+__device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, const Smem& smem,
+                                                 const CtaWork& work,
+                                                 SpeculativeLoad& speculative) {
+  const bool warp_planning = plans_in_one_warp(params);
+  const TileGuess guess = warp_planning ? guess_tile(params, work.tile) : TileGuess{-1, 0, 0};
+  const int page_row_length = cached_page_row_length(params, guess);
+  WarpEntries entries;
+  PageRowLoads page_row;
+  if (warp_planning) {
+    if (threadIdx.x >= 32) {
+      page_row = load_page_row(params, guess, page_row_length);
+    } else if (guess.batch_index >= 0) {
+      entries = load_warp_entries(params, guess.first_row, guess.num_tokens, work.kv_head);
+    }
+  }
+  locate_tile(params, smem, work.tile);
+  if (warp_planning && threadIdx.x >= 32) store_page_row(smem, page_row, page_row_length);
+  __syncthreads();
+  FLASHMSA_MARK(kMarkLocated);
+  const SmemHeader& header = smem.header();
+  if (header.batch_index < 0) return tile_plan(header, 0, 0, 1);
+  const bool is_consumer = threadIdx.x >= 128;
+  if (warp_planning) {
+    if (threadIdx.x < 32) {
+      speculative = speculate_first_block(params, smem, entries, guess, work.kv_head, work.split,
+                                          page_row_length);
+      plan_tile_in_warp(params, smem, entries, guess, work.kv_head, page_row_length);
+    } else if (is_consumer) {
+      load_tile_queries<Element, kConsumers>(params, smem, tile_plan(header, 0, 0, 1),
+                                             work.kv_head, work.head_chunk);
+    }
+    __syncthreads();
+    return tile_plan(header, header.union_size, work.split, params.num_splits);
+  }
+  const TilePlan plan = plan_union(params, smem, work.kv_head, work.split);  // ends with a barrier
+  if (is_consumer) {
+    load_tile_queries<Element, kConsumers>(params, smem, plan, work.kv_head, work.head_chunk);
+  }
+  return plan;
+}
+
 template <typename Element, bool kTemperatureLse, int kConsumers>
 __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
                                   RoleConfig<kConsumers>::kCtasPerSm)
@@ -33,6 +80,8 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
       mbarrier_init(&smem.header().k_empty[stage], 128 * kConsumers);
       mbarrier_init(&smem.header().v_empty[stage], 128 * kConsumers);
     }
+    mbarrier_init(&smem.header().speculative_k_full, 1);
+    mbarrier_init(&smem.header().speculative_v_full, 1);
     fence_barrier_init();
   } else if (threadIdx.x == 32) {
     prefetch_tensor_map(&params.tma_k);
@@ -52,55 +101,17 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   wait_for_previous_grid();
   FLASHMSA_MARK(kMarkWaited);
 
-  // Planning. Warp planning (decode) loads the guessed tile's index entries and page-table row
-  // in the same round of loads as the request scan, then plans in warp 0 while the consumers
-  // load Q.
-  const bool warp_planning = plans_in_one_warp(params);
-  const TileGuess guess = warp_planning ? guess_tile(params, work.tile) : TileGuess{-1, 0, 0};
-  const int page_row_length = cached_page_row_length(params, guess);
-  WarpEntries entries;
-  PageRowLoads page_row;
-  if (warp_planning) {
-    if (threadIdx.x >= 32) {
-      page_row = load_page_row(params, guess, page_row_length);
-    } else if (guess.batch_index >= 0) {
-      entries = load_warp_entries(params, guess.first_row, guess.num_tokens, work.kv_head);
-    }
-  }
-  locate_tile(params, smem, work.tile);
-  if (warp_planning && threadIdx.x >= 32) store_page_row(smem, page_row, page_row_length);
-  __syncthreads();
-  FLASHMSA_MARK(kMarkLocated);
-  const SmemHeader& header = smem.header();
-  if (header.batch_index < 0) {
-    allow_next_grid_launch();
-    return;
-  }
-  TilePlan plan;
-  const bool is_consumer = threadIdx.x >= 128;
-  if (warp_planning) {
-    if (threadIdx.x < 32) {
-      plan_tile_in_warp(params, smem, entries, guess, work.kv_head);
-    } else if (is_consumer) {
-      load_tile_queries<Element, kConsumers>(params, smem, tile_plan(header, 0, 0, 1),
-                                             work.kv_head, work.head_chunk);
-    }
-    __syncthreads();
-    plan = tile_plan(header, header.union_size, work.split, params.num_splits);
-  } else {
-    plan = plan_union(params, smem, work.kv_head, work.split);  // ends with a barrier
-    if (is_consumer) {
-      load_tile_queries<Element, kConsumers>(params, smem, plan, work.kv_head, work.head_chunk);
-    }
-  }
+  SpeculativeLoad speculative{-1, -1};
+  const TilePlan plan = prepare_tile<Element, kConsumers>(params, smem, work, speculative);
   // The merge kernel of a KV split (and the next kernel of the stream) may now be scheduled: it
   // waits for this grid to complete before it reads anything.
   allow_next_grid_launch();
   FLASHMSA_MARK(kMarkPlanned);
+  if (plan.batch_index < 0) return;
 
-  if (!is_consumer) {
+  if (threadIdx.x < 128) {
     registers_decrease<Roles::kProducerRegisters>();
-    if (threadIdx.x == 0) produce(params, smem, plan, work.kv_head);
+    if (threadIdx.x == 0) produce(params, smem, plan, work.kv_head, speculative);
   } else {
     registers_increase<Roles::kConsumerRegisters>();
     consume<Element, kTemperatureLse, kConsumers>(params, smem, plan, work.kv_head,

@@ -31,12 +31,35 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
   }
 }
 
+// A block whose K and V the producer loaded into stage 0 before planning ended (warp planning's
+// speculation, warp_planning.cuh), completing on the header's speculative barriers rather than
+// the stage's; block -1: none.
+struct SpeculativeLoad {
+  int32_t block;
+  int32_t coord;
+};
+
+__device__ __forceinline__ void issue_speculative_load(const PrefillParams& p, const Smem& smem,
+                                                       const SpeculativeLoad& load,
+                                                       int kv_head) {
+  SmemHeader& header = smem.header();
+  mbarrier_arrive_expect_tx(&header.speculative_k_full, kStageTxBytes);
+  load_block(&p.tma_k, &header.speculative_k_full, smem.k(0), p.is_paged, load.coord, kv_head,
+             p.kv_cache_hint);
+  mbarrier_arrive_expect_tx(&header.speculative_v_full, kStageTxBytes);
+  load_block(&p.tma_v, &header.speculative_v_full, smem.v(0), p.is_paged, load.coord, kv_head,
+             p.kv_cache_hint);
+}
+
 // K(i), then V(i), for each block of the slice, in union order: K(i) waits for the consumers to
 // finish S of block i - num_stages, V(i) for P V of that block, so each ring's stage is free in
 // the order the loads need it, and with one stage per ring (the decode kernel) K and V of the
-// first block go out together from one stretch of code.
+// first block go out together from one stretch of code. A speculative load is waited for
+// first (stage 0 must not receive two copies at once); if it is the slice's first block, its
+// landing is forwarded to the stage-0 barriers (a plain arrive completes their phase), else the
+// block is loaded again.
 __device__ inline void produce(const PrefillParams& p, const Smem& smem, const TilePlan& plan,
-                               int kv_head) {
+                               int kv_head, const SpeculativeLoad& speculative) {
   const int num_stages = p.smem_layout.num_stages;
   SmemHeader& header = smem.header();
   // Step i of the slice loads union entry slice_begin + i into stage i % num_stages.
@@ -50,7 +73,17 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
                p.is_paged, coord, kv_head, p.kv_cache_hint);
   };
   const int steps = plan.slice_end - plan.slice_begin;
-  for (int i = 0; i < steps; ++i) {
+  int first_step = 0;
+  if (speculative.block >= 0) {
+    const bool holds = steps > 0 && smem.union_blocks()[plan.slice_begin] == speculative.block &&
+                       smem.union_coords()[plan.slice_begin] == speculative.coord;
+    mbarrier_wait(&header.speculative_k_full, 0);
+    if (holds) mbarrier_arrive(&header.k_full[0]);
+    mbarrier_wait(&header.speculative_v_full, 0);
+    if (holds) mbarrier_arrive(&header.v_full[0]);
+    first_step = holds ? 1 : 0;
+  }
+  for (int i = first_step; i < steps; ++i) {
     const int32_t coord = smem.union_coords()[plan.slice_begin + i];  // flat: row; paged: page
     load(false, i, coord);
     load(true, i, coord);

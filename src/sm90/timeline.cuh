@@ -47,7 +47,7 @@ __device__ __forceinline__ void timeline_print() {
   const uint64_t* t = g_timeline[slot];
   const uint64_t end = timeline_now();
   printf("TL cta %d waited %llu located %llu entries %llu negatives %llu candidates %llu "
-         "sorted %llu compacted %llu planned %llu q %llu first_k %llu first_v %llu last_k %llu "
+         "deduplicated %llu compacted %llu planned %llu q %llu first_k %llu first_v %llu last_k %llu "
          "loop %llu end %llu\n",
          blockIdx.x, t[kMarkWaited] - t[kMarkEntry], t[kMarkLocated] - t[kMarkEntry],
          t[kMarkEntriesRead] - t[kMarkEntry], t[kMarkNegativesCut] - t[kMarkEntry],

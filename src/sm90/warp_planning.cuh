@@ -1,12 +1,18 @@
 // Planning by one warp, for launches whose tiles hold at most 128 candidates (tokens x topk:
-// decode and multi-token prediction). It builds the same plan as plan_union (planning.cuh):
-// the tile's key limits, the union of its tokens' selected blocks sorted ascending, and each
-// union block's token mask. Everything stays in the warp's registers (lane l holds entries
-// 4l .. 4l + 3), so there is no block barrier between the steps, and the consumer warpgroup
-// loads Q meanwhile. Decode CTAs spent about 5 us in block-wide planning with the DRAM idle
-// (docs/performance.md); this path cuts the chain to two dependent rounds of loads (the request
-// scan together with the guessed tile's index entries and its request's page-table row, then
-// the block scan) and a few hundred cycles of register work.
+// decode and multi-token prediction). It builds what plan_union (planning.cuh) builds: the
+// tile's key limits, the union of its tokens' selected blocks and each union block's token
+// mask, but keeps the union in entry order (first occurrences, token-major) rather than
+// sorted: flat and paged calls still visit the same blocks in the same order (bitwise equal
+// results), and the first block of a CTA's slice is then known before planning ends. Lane l of
+// warp 0 holds entries 4l .. 4l + 3 in registers; there is no block barrier between the steps,
+// and the consumers load Q meanwhile.
+//
+// Two rounds of loads instead of three: the guessed tile's index entries and its request's
+// page-table row go out with the request scan (locate_tile), and the producer issues the loads
+// of its slice's first block speculatively, as soon as the scan is done (speculate_first_block),
+// on the guess that every entry is valid and distinct. Decode CTAs spent about 6 us planning
+// with the DRAM idle (docs/performance.md); with the speculation the first K and V are on their
+// way after about 2.5 us, and a wrong guess costs one wasted block load, never a wrong result.
 #pragma once
 
 #include <stdint.h>
@@ -15,13 +21,16 @@
 #include "sm90/kernel_traits.h"
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
+#include "sm90/producer.cuh"
+#include "sm90/ptx.cuh"
 #include "sm90/timeline.cuh"
 
 namespace flashmsa::sm90 {
 
-// Launch-uniform: whether this launch plans its tiles in one warp.
+// Launch-uniform: whether this launch plans its tiles in one warp (launch.cu gives such
+// launches the warp scratch).
 __device__ __forceinline__ bool plans_in_one_warp(const PrefillParams& p) {
-  return p.tokens_per_tile * p.topk <= kWarpSortMax;
+  return p.tokens_per_tile * p.topk <= kWarpPlanMaxEntries;
 }
 
 // A tile's index entries as warp 0 holds them: lane l has entries 4l .. 4l + 3 of the tile's
@@ -50,10 +59,9 @@ __device__ __forceinline__ WarpEntries load_warp_entries(const PrefillParams& p,
 }
 
 // Where a tile is when every request has uniform_rows query rows (decode batches): request
-// tile / tiles_per_request. Warp 0 loads the guessed tile's entries in the same round of loads
-// as the request scan (locate_tile) that finds the tile for certain; the entries are used only
-// if the scan agrees, so a wrong guess (ragged requests) costs one more round, never a wrong
-// result.
+// tile / tiles_per_request. The guessed tile's entries and page-table row are loaded in the same
+// round as the request scan (locate_tile) that finds the tile for certain; they are used only if
+// the scan agrees, so ragged requests cost one more round, never a wrong result.
 struct TileGuess {
   int32_t batch_index;  // -1: no guess
   int32_t first_row;
@@ -74,14 +82,15 @@ __device__ __forceinline__ TileGuess guess_tile(const PrefillParams& p, int64_t 
   return guess;
 }
 
-// The guessed request's page-table row, loaded in the same round by the threads that do not load
-// index entries (all but warp 0), so that looking a block's page up is a shared-memory read, not
-// a third dependent round of global loads. kPageRowLoadsPerThread loads per thread are held in
-// registers across the request scan and stored after it; the row lives in the first V stage,
-// untouched until planning is over. Blocks past the cached length are looked up in global
-// memory.
-constexpr int kPageRowLoadsPerThread = 8;
+__device__ __forceinline__ bool guess_holds(const TileGuess& guess, const SmemHeader& header) {
+  return guess.batch_index == header.batch_index && guess.first_row == header.tile_first_row &&
+         guess.num_tokens == header.tile_num_tokens;
+}
 
+// The guessed request's page-table row, loaded by the threads that do not load index entries
+// (warps 1 and up): kPageRowLoadsPerThread loads per thread, held in registers across the
+// request scan and stored after it. Blocks past the cached length are looked up in global
+// memory.
 struct PageRowLoads {
   int32_t page[kPageRowLoadsPerThread];
 };
@@ -116,51 +125,64 @@ __device__ __forceinline__ void store_page_row(const Smem& smem, const PageRowLo
   }
 }
 
-__device__ __forceinline__ bool guess_holds(const TileGuess& guess, const SmemHeader& header) {
-  return guess.batch_index == header.batch_index && guess.first_row == header.tile_first_row &&
-         guess.num_tokens == header.tile_num_tokens;
+// The TMA coordinate of a block that passed block_selects_keys for the located tile's request:
+// flat row of its first key, or its page (-1 if the table entry is not a page).
+__device__ __forceinline__ int64_t block_coordinate(const PrefillParams& p, const Smem& smem,
+                                                    const SmemHeader& header, int32_t block,
+                                                    int page_row_length) {
+  if (!p.is_paged) return header.request_first_key_row + static_cast<int64_t>(block) * kBlockSize;
+  if (block < page_row_length) {
+    const int64_t page = smem.page_row()[block];
+    return page >= 0 && page < p.num_pages ? page : -1;
+  }
+  return page_of_block(p.page_table, p.page_table_stride_batch, p.page_table_stride_page,
+                       header.batch_index, block, p.num_pages);
 }
 
-// Writes the distinct valid (block, coordinate) pairs of a sorted candidate list held by the
-// warp to the union arrays, zeroes their token masks, and returns the union size (every lane).
-__device__ __forceinline__ int warp_compact_union(const int64_t (&value)[4], const Smem& smem,
-                                                  int mask_words) {
+// Warp 0, right after the request scan: if every entry of the (correctly guessed) tile is a
+// valid block, the union is probably the entries themselves, in order, so this CTA's slice
+// starts with entry num_entries * split / num_splits. Lane 0 (the producer) issues that block's
+// K and V into stage 0 (issue_speculative_load); produce() checks the guess against the plan.
+__device__ inline SpeculativeLoad speculate_first_block(const PrefillParams& p, const Smem& smem,
+                                                    const WarpEntries& entries,
+                                                    const TileGuess& guess, int kv_head,
+                                                    int split, int page_row_length) {
+  const SmemHeader& header = smem.header();
   const int lane = threadIdx.x % 32;
-  const int64_t previous_lane_last = __shfl_up_sync(0xffffffffu, value[3], 1);
-  bool first[4];
-  int count = 0;
+  const int num_entries = header.tile_num_tokens * p.topk;
+  const int first = num_entries * split / p.num_splits;
+  bool usable = guess_holds(guess, header) && first < num_entries * (split + 1) / p.num_splits;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    const int64_t before = r > 0 ? value[r - 1] : previous_lane_last;
-    first[r] = value[r] != kInvalidCandidate && ((lane == 0 && r == 0) || value[r] != before);
-    count += first[r];
+    usable &= __all_sync(0xffffffffu, 4 * lane + r >= num_entries || entries.block[r] >= 0);
   }
-  int inclusive = count;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset *= 2) {
-    const int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
-    if (lane >= offset) inclusive += other;
-  }
-  const int union_size = __shfl_sync(0xffffffffu, inclusive, 31);
-  int position = inclusive - count;
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    if (!first[r]) continue;
-    smem.union_blocks()[position] = static_cast<int32_t>(value[r] >> 32);
-    smem.union_coords()[position] = static_cast<int32_t>(value[r] & 0xffffffff);
-    ++position;
-  }
-#pragma unroll 1
-  for (int i = lane; i < union_size * mask_words; i += 32) smem.token_mask(0)[i] = 0;
-  return union_size;
+  // entries.block[first % 4] without a dynamically indexed register array (local memory).
+  const int r = first % 4;
+  const int32_t mine = r == 0 ? entries.block[0]
+                       : r == 1 ? entries.block[1]
+                       : r == 2 ? entries.block[2]
+                                : entries.block[3];
+  const int32_t block = __shfl_sync(0xffffffffu, mine, (first / 4) % 32);
+  const SpeculativeLoad none{-1, -1};
+  if (!usable || lane != 0) return none;
+  const int token = first / p.topk;
+  const int64_t limit = clamp_i64(key_limit(p.causal, header.tile_first_position + token,
+                                            header.request_seqlen_k),
+                                  0, header.request_seqlen_k);
+  if (!block_selects_keys(block, limit, p.is_paged, p.max_pages)) return none;
+  const int64_t coord = block_coordinate(p, smem, header, block, page_row_length);
+  if (coord < 0) return none;
+  const SpeculativeLoad load{block, static_cast<int32_t>(coord)};
+  issue_speculative_load(p, smem, load, kv_head);
+  return load;
 }
 
 // Warp 0 of a located tile (batch_index >= 0). `entries` are the guessed tile's; they are
-// reloaded when the guess did not hold. Writes the key limits, the union and the token masks,
-// and the union size to the header; the caller's block barrier publishes them.
+// reloaded when the guess did not hold. Writes the key limits, the union, its token masks and
+// the union size (header); the caller's block barrier publishes them.
 __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& smem,
                                          WarpEntries entries, const TileGuess& guess,
-                                         int kv_head) {
+                                         int kv_head, int page_row_length) {
   SmemHeader& header = smem.header();
   const int lane = threadIdx.x % 32;
   const int topk = p.topk;
@@ -168,9 +190,8 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
   const int num_entries = num_tokens * topk;
   if (!guess_holds(guess, header)) {
     entries = load_warp_entries(p, header.tile_first_row, num_tokens, kv_head);
+    page_row_length = 0;  // the cached row is another request's
   }
-  const int page_row_length =
-      guess.batch_index == header.batch_index ? cached_page_row_length(p, guess) : 0;
   int32_t* first_negative = smem.token_first_negative();
   int32_t* limits = smem.token_key_limit();
 #pragma unroll 1
@@ -193,49 +214,71 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
   }
   __syncwarp();
   FLASHMSA_MARK_BY(0, kMarkNegativesCut);
-  // Rules 2 and 3: (block, TMA coordinate) pairs of the entries that select keys. Dropped
-  // entries become -1.
-  int64_t value[4];
+  // Rule 2: entries that select no key, or whose page is not a page, become -1.
+  int32_t coord[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int e = 4 * lane + r;
     const int32_t block = entries.block[r];
-    value[r] = kInvalidCandidate;
+    coord[r] = -1;
     if (e < num_entries && e % topk < first_negative[token[r]] &&
         block_selects_keys(block, limits[token[r]], p.is_paged, p.max_pages)) {
-      int64_t coord;
-      if (!p.is_paged) {
-        coord = header.request_first_key_row + static_cast<int64_t>(block) * kBlockSize;
-      } else if (block < page_row_length) {
-        const int64_t page = smem.page_row()[block];
-        coord = page >= 0 && page < p.num_pages ? page : -1;
-      } else {
-        coord = page_of_block(p.page_table, p.page_table_stride_batch, p.page_table_stride_page,
-                              header.batch_index, block, p.num_pages);
-      }
-      if (coord >= 0) value[r] = (static_cast<int64_t>(block) << 32) | static_cast<uint32_t>(coord);
+      coord[r] = static_cast<int32_t>(block_coordinate(p, smem, header, block, page_row_length));
     }
-    if (value[r] == kInvalidCandidate) entries.block[r] = -1;
+    if (coord[r] < 0) entries.block[r] = -1;
   }
   FLASHMSA_MARK_BY(0, kMarkCandidates);
-  int padded = 1;
-  while (padded < num_entries) padded *= 2;
-  warp_bitonic_sort(value, padded);
+  // Rule 3: an entry is the union's if no earlier entry holds the same block. Every lane walks
+  // the entries in order (rolled: one iteration per lane that holds entries).
+  int first_entry[4] = {-1, -1, -1, -1};
+  const int holders = (num_entries + 3) / 4;
+#pragma unroll 1
+  for (int source = 0; source < holders; ++source) {
+#pragma unroll
+    for (int rs = 0; rs < 4; ++rs) {
+      const int32_t other = __shfl_sync(0xffffffffu, entries.block[rs], source);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        if (first_entry[r] < 0 && other == entries.block[r]) first_entry[r] = 4 * source + rs;
+      }
+    }
+  }
   FLASHMSA_MARK_BY(0, kMarkSorted);
-  const int union_size = warp_compact_union(value, smem, p.smem_layout.mask_words);
+  // Compaction: union slot = number of first occurrences before the entry (a warp scan).
+  bool is_first[4];
+  int count = 0;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    is_first[r] = entries.block[r] >= 0 && first_entry[r] == 4 * lane + r;
+    count += is_first[r];
+  }
+  int inclusive = count;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += other;
+  }
+  const int union_size = __shfl_sync(0xffffffffu, inclusive, 31);
+  int slot = inclusive - count;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    if (!is_first[r]) continue;
+    smem.union_blocks()[slot] = entries.block[r];
+    smem.union_coords()[slot] = coord[r];
+    smem.slot_of_entry()[4 * lane + r] = slot;
+    ++slot;
+  }
+  const int mask_words = p.smem_layout.mask_words;
+#pragma unroll 1
+  for (int i = lane; i < union_size * mask_words; i += 32) smem.token_mask(0)[i] = 0;
   __syncwarp();
   FLASHMSA_MARK_BY(0, kMarkCompacted);
   // Which tokens selected each union block (duplicates set the same bit once).
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    const int32_t block = entries.block[r];
-    if (block < 0) continue;
-    int lo = 0, hi = union_size - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi) / 2;
-      if (smem.union_blocks()[mid] < block) lo = mid + 1; else hi = mid;
-    }
-    atomicOr(&smem.token_mask(lo)[token[r] / 32], 1u << (token[r] % 32));
+    if (entries.block[r] < 0) continue;
+    const int u = smem.slot_of_entry()[first_entry[r]];
+    atomicOr(&smem.token_mask(u)[token[r] / 32], 1u << (token[r] % 32));
   }
   if (lane == 0) header.union_size = union_size;
 }
