@@ -194,6 +194,12 @@ TileConfig tile_config(const flashmsa_args& args) {
   return c;
 }
 
+// Decode launches with at most 128 candidates per tile plan in one warp (params.h).
+bool plans_in_one_warp(const flashmsa_args& args, const TileConfig& c) {
+  return c.num_consumer_warpgroups == 1 &&
+         c.tokens_per_tile * args.topk <= sm90::kWarpPlanMaxEntries;
+}
+
 // Shared memory: Q buffer(s), then the K and V rings with as many stages as fit, then the
 // planning buffers and the barrier header.
 sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
@@ -208,8 +214,7 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
   const uint32_t tokens = static_cast<uint32_t>(c.tokens_per_tile);
   const uint32_t candidates = tokens * static_cast<uint32_t>(args.topk);
   layout.mask_words = static_cast<int32_t>((tokens + 31) / 32);
-  // Launches whose tiles hold at most 128 candidates plan in one warp (warp_planning.cuh).
-  const uint32_t warp_scratch_bytes = candidates <= kWarpPlanMaxEntries ? kWarpScratchBytes : 0;
+  const uint32_t warp_scratch_bytes = plans_in_one_warp(args, c) ? kWarpScratchBytes : 0;
   const uint32_t planning_bytes =
       align(candidates * 4, 16) * 2 + align(candidates * layout.mask_words * 4, 16) +
       align(tokens * 4, 16) * 2 + warp_scratch_bytes + align(sizeof(SmemHeader), 16);
@@ -308,6 +313,7 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.uniform_rows = args.total_q % args.batch_size == 0 && args.total_q <= INT32_MAX
                        ? static_cast<int32_t>(args.total_q / args.batch_size)
                        : 0;
+  p.warp_planning = plans_in_one_warp(args, tiles);
   p.tiles_outer = tiles.tiles_outer;
   p.max_tiles = tiles.max_tiles;
   p.kv_cache_hint = tiles.kv_evict_first ? sm90::kCacheHintEvictFirst : sm90::kCacheHintEvictNormal;

@@ -42,6 +42,11 @@ struct PrefillParams {
   // Rows per request when every request may have the same number (total_q = B x uniform_rows,
   // decode batches), else 0: warp planning guesses the tile's rows from it (warp_planning.cuh).
   int32_t uniform_rows;
+  // Decode launches whose tiles hold at most 128 candidates plan in one warp, in entry order
+  // (warp_planning.cuh); the others plan with every thread, sorted (planning.cuh), which keeps
+  // the concurrent prefill tiles of one head walking their blocks in the same order (entry
+  // order measured 5-10% slower on M3 prefill: docs/performance.md).
+  int32_t warp_planning;
   // How blockIdx.x splits into (tile, head column, KV split), see cta_work(): decode puts the
   // tile outermost so that the CTAs of real tiles come first in the grid (the bound on tiles is
   // loose, and CTAs past the real tiles would otherwise take first-wave slots); prefill puts

@@ -1,5 +1,5 @@
-// Planning by one warp, for launches whose tiles hold at most 128 candidates (tokens x topk:
-// decode and multi-token prediction). It builds what plan_union (planning.cuh) builds: the
+// Planning by one warp, for decode launches (the one-consumer kernel) whose tiles hold at most
+// 128 candidates (tokens x topk: decode and multi-token prediction). It builds what plan_union (planning.cuh) builds: the
 // tile's key limits, the union of its tokens' selected blocks and each union block's token
 // mask, but keeps the union in entry order (first occurrences, token-major) rather than
 // sorted: flat and paged calls still visit the same blocks in the same order (bitwise equal
@@ -27,10 +27,9 @@
 
 namespace flashmsa::sm90 {
 
-// Launch-uniform: whether this launch plans its tiles in one warp (launch.cu gives such
-// launches the warp scratch).
+// Launch-uniform: whether this launch plans its tiles in one warp (params.h).
 __device__ __forceinline__ bool plans_in_one_warp(const PrefillParams& p) {
-  return p.tokens_per_tile * p.topk <= kWarpPlanMaxEntries;
+  return p.warp_planning != 0;
 }
 
 // A tile's index entries as warp 0 holds them: lane l has entries 4l .. 4l + 3 of the tile's
