@@ -120,7 +120,7 @@ def decode_tuning_sweep():
     cases = ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768), (64, 1, 131072),
              (32, 8, 32768))
     settings = [("FLASHMSA_TUNE_TILES_OUTER", "0"), ("FLASHMSA_TUNE_EVICT_FIRST", "0")]
-    settings += [("FLASHMSA_TUNE_SPLITS", str(n)) for n in (1, 2, 4, 8, 16)]
+    settings += [("FLASHMSA_TUNE_SPLITS", str(n)) for n in (1, 2, 4, 8)]
     for batch, tokens, kv_len in cases:
         args = decode_case(batch, tokens, kv_len)
         gbytes = kv_bytes(args)

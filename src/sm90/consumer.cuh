@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "sm90/cluster_reduce.cuh"
 #include "sm90/kernel_traits.h"
 #include "sm90/mma.cuh"
 #include "sm90/params.h"
@@ -16,24 +17,6 @@
 #include "sm90/timeline.cuh"
 
 namespace flashmsa::sm90 {
-
-// Where one of the warpgroup's 64 rows comes from.
-struct RowSource {
-  int tile_token;  // token index within the tile
-  int head;        // query head within the KV head's group
-  bool valid;
-};
-
-__device__ __forceinline__ RowSource row_source(const PrefillParams& p, const TilePlan& plan,
-                                                int warpgroup, int head_chunk, int row) {
-  const int token_in_warpgroup = row / p.heads_per_chunk;
-  RowSource source;
-  source.tile_token = warpgroup * p.tokens_per_warpgroup + token_in_warpgroup;
-  source.head = head_chunk * p.heads_per_chunk + row % p.heads_per_chunk;
-  source.valid = token_in_warpgroup < p.tokens_per_warpgroup && source.head < p.group_size &&
-                 source.tile_token < plan.num_tokens;
-  return source;
-}
 
 // Q rows into the 128B-swizzled K-major layout wgmma reads: 16-byte chunk c of row r lands at
 // chunk (c % 8) ^ (r % 8) of the row in panel c / 8. Rows that don't exist are zero. All of a
@@ -253,12 +236,28 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
 
   FLASHMSA_MARK(kMarkLoopDone);
   // Epilogue. Rows that read nothing have sum 0: out = 0 exactly, lse = -inf. With a KV split
-  // each CTA writes its normalised partial output and LSEs in fp32; merge.cu combines them.
+  // each CTA publishes its normalised partial output and LSEs in fp32, to its cluster
+  // (cluster_reduce.cuh) or to the workspace for merge.cu.
   if (share_rows) {
     if (!combine_warpgroups(smem, warpgroup, softmax, o, p.lse_temperature)) return;
   }
   float lse[2], lse_t[2], sum[2];
   softmax.finish(lse, lse_t, sum, p.lse_temperature);
+  if (kConsumers == 1 && p.cluster_reduce) {
+    int row_in_warpgroup[2];
+    bool valid[2];
+    float scale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_in_warpgroup[h] = (thread / 32) * 16 + lane / 4 + 8 * h;
+      valid[h] = rows[h].valid;
+      scale[h] = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
+    }
+    publish_partial<kTemperatureLse>(smem, o, row_in_warpgroup, valid, scale, lse, lse_t);
+    reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
+    FLASHMSA_TIMELINE_PRINT();
+    return;
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (!rows[h].valid) continue;

@@ -34,6 +34,10 @@ constexpr int kKvPanelBytes = kBlockKeys * 128;        // 16 KiB
 constexpr int kKvTileBytes = 2 * kKvPanelBytes;        // one operand of one block: 32 KiB
 constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one block
 
+// Decode's KV split runs as one thread-block cluster per (tile, head column): at most the
+// portable cluster size (cluster_reduce.cuh).
+constexpr int kMaxClusterSplits = 8;
+
 // L2 policies of the K/V loads (PrefillParams::kv_cache_hint, the TMA cache-hint operand):
 // evict-normal for prefill (blocks are shared by neighbouring tiles of one head), evict-first
 // for decode (each block is read once per call, and should not displace what the next kernels
@@ -73,6 +77,7 @@ struct SmemHeader {
   // Warp planning's speculative first block (warp_planning.cuh): its K and V land on these.
   uint64_t speculative_k_full;
   uint64_t speculative_v_full;
+  int32_t speculative_issued;     // whether they are in use (the cluster reduction waits)
 };
 
 // Warp planning's scratch (SmemLayout::warp_scratch): the guessed request's page-table row,

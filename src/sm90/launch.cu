@@ -126,6 +126,7 @@ struct TileConfig {
   int32_t num_consumer_warpgroups, ctas_per_sm;
   int64_t max_tiles;  // per head column
   int32_t num_splits;
+  bool cluster_reduce;   // params.h
   bool tiles_outer;      // params.h
   bool kv_evict_first;   // L2 policy of the K/V loads
 };
@@ -187,8 +188,13 @@ TileConfig tile_config(const flashmsa_args& args) {
   if (units > 0 && units * 10 < slots * 9) {
     c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / units, 1, most));
   }
-  c.num_splits = tuning_override("FLASHMSA_TUNE_SPLITS", c.num_splits, 1,
-                                 static_cast<int32_t>(most));
+  // Decode combines its splits inside a thread-block cluster (no merge kernel, no workspace),
+  // which caps them at the portable cluster size.
+  const int32_t most_splits = static_cast<int32_t>(
+      decode_like ? std::min<int64_t>(sm90::kMaxClusterSplits, most) : most);
+  c.num_splits = std::min(c.num_splits, most_splits);
+  c.num_splits = tuning_override("FLASHMSA_TUNE_SPLITS", c.num_splits, 1, most_splits);
+  c.cluster_reduce = decode_like && c.num_splits > 1;
   c.tiles_outer = tuning_override("FLASHMSA_TUNE_TILES_OUTER", decode_like, 0, 1) != 0;
   c.kv_evict_first = tuning_override("FLASHMSA_TUNE_EVICT_FIRST", decode_like, 0, 1) != 0;
   return c;
@@ -256,7 +262,7 @@ struct WorkspaceLayout {
 
 WorkspaceLayout workspace_layout(const flashmsa_args& args, const TileConfig& tiles) {
   WorkspaceLayout layout;
-  if (tiles.num_splits <= 1) return layout;
+  if (tiles.num_splits <= 1 || tiles.cluster_reduce) return layout;
   auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const size_t rows = static_cast<size_t>(tiles.num_splits) * args.total_q * args.num_qo_heads;
   layout.partial_out = 0;
@@ -309,6 +315,7 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.tokens_per_warpgroup = tiles.tokens_per_warpgroup;
   p.tokens_per_tile = tiles.tokens_per_tile;
   p.num_splits = tiles.num_splits;
+  p.cluster_reduce = tiles.cluster_reduce;
   p.num_consumer_warpgroups = tiles.num_consumer_warpgroups;
   p.uniform_rows = args.total_q % args.batch_size == 0 && args.total_q <= INT32_MAX
                        ? static_cast<int32_t>(args.total_q / args.batch_size)
@@ -361,7 +368,7 @@ void run_sm90(const flashmsa_args& args) {
                  std::to_string(args.workspace_bytes));
   }
   uint8_t* workspace = static_cast<uint8_t*>(args.workspace);
-  if (tiles.num_splits > 1) {
+  if (tiles.num_splits > 1 && !tiles.cluster_reduce) {
     params.partial_out = reinterpret_cast<float*>(workspace + layout.partial_out);
     params.partial_lse = reinterpret_cast<float*>(workspace + layout.partial_lse);
     params.partial_lse_t = reinterpret_cast<float*>(workspace + layout.partial_lse_t);
@@ -383,7 +390,7 @@ void run_sm90(const flashmsa_args& args) {
       bf16 ? sm90::launch_prefill<__nv_bfloat16>(params, grid, temperature_lse, stream)
            : sm90::launch_prefill<__half>(params, grid, temperature_lse, stream);
   check_cuda(status, "launching the sm90 prefill kernel");
-  if (tiles.num_splits == 1) return;
+  if (tiles.num_splits == 1 || tiles.cluster_reduce) return;
 
   sm90::MergeParams merge;
   merge.partial_out = params.partial_out;

@@ -3,56 +3,17 @@
 //   lse_t likewise over the partial temperature LSEs.
 // Splits that read nothing carry lse_s = -inf and weigh 0; a row where every split read nothing
 // gets out = 0 and lse = lse_t = -inf. One warp per (token, query head), 4 dims per lane.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <math.h>
-
+// Decode launches reduce inside a thread-block cluster instead (cluster_reduce.cuh); this kernel
+// serves the other split launches.
 #include "sm90/launch_programmatic.h"
 #include "sm90/merge.h"
 #include "sm90/ptx.cuh"
+#include "sm90/split_combine.cuh"
 
 namespace flashmsa::sm90 {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-
-template <typename Element>
-__device__ __forceinline__ void store4(Element* destination, float4 value);
-
-template <>
-__device__ __forceinline__ void store4(__nv_bfloat16* destination, float4 value) {
-  __nv_bfloat162 pair[2] = {__floats2bfloat162_rn(value.x, value.y),
-                            __floats2bfloat162_rn(value.z, value.w)};
-  *reinterpret_cast<uint2*>(destination) = *reinterpret_cast<uint2*>(pair);
-}
-
-template <>
-__device__ __forceinline__ void store4(__half* destination, float4 value) {
-  __half2 pair[2] = {__floats2half2_rn(value.x, value.y), __floats2half2_rn(value.z, value.w)};
-  *reinterpret_cast<uint2*>(destination) = *reinterpret_cast<uint2*>(pair);
-}
-
-__device__ __forceinline__ float warp_max(float value) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  }
-  return value;
-}
-
-__device__ __forceinline__ float warp_sum(float value) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
-
-// Lane l holds the LSEs of splits l and l + 32 (-inf past num_splits); returns log sum exp over
-// all of them, in every lane.
-__device__ __forceinline__ float warp_log_sum_exp(const float (&lse)[2]) {
-  const float maximum = warp_max(fmaxf(lse[0], lse[1]));
-  if (maximum == -INFINITY) return -INFINITY;
-  return maximum + __logf(warp_sum(__expf(lse[0] - maximum) + __expf(lse[1] - maximum)));
-}
 
 template <typename Element>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) merge_splits(const MergeParams p) {
@@ -111,7 +72,7 @@ cudaError_t launch_merge(const MergeParams& params, cudaStream_t stream) {
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks == 0) return cudaSuccess;
   return launch_programmatic(merge_splits<Element>, dim3(static_cast<unsigned>(blocks)),
-                             dim3(32 * kWarpsPerBlock), 0, stream, params);
+                             dim3(32 * kWarpsPerBlock), 0, stream, 1u, params);
 }
 
 template cudaError_t launch_merge<__nv_bfloat16>(const MergeParams&, cudaStream_t);

@@ -56,10 +56,13 @@ struct PrefillParams {
   int64_t max_tiles;  // tiles per head column (a bound: CTAs past the real tiles exit)
   uint64_t kv_cache_hint;  // L2 policy of the K/V loads (producer.cuh)
 
-  // KV split (decode): num_splits CTAs share each tile's union of blocks and write
-  // fp32 partials, (num_splits, total_q, Hq, 128) and (num_splits, total_q, Hq), to the
-  // workspace; merge.cu reduces them. num_splits == 1 writes out directly.
+  // KV split: num_splits CTAs share each tile's union of blocks. Decode launches run them as
+  // one thread-block cluster that combines the partials through distributed shared memory
+  // (cluster_reduce, cluster_reduce.cuh); other launches write fp32 partials, (num_splits,
+  // total_q, Hq, 128) and (num_splits, total_q, Hq), to the workspace and merge.cu reduces them.
+  // num_splits == 1 writes out directly.
   int32_t num_splits;
+  int32_t cluster_reduce;
   float* partial_out;
   float* partial_lse;
   float* partial_lse_t;

@@ -70,6 +70,24 @@ __device__ __forceinline__ TilePlan tile_plan(const SmemHeader& header, int32_t 
                   split};
 }
 
+// Where one of the warpgroup's 64 rows comes from.
+struct RowSource {
+  int tile_token;  // token index within the tile
+  int head;        // query head within the KV head's group
+  bool valid;
+};
+
+__device__ __forceinline__ RowSource row_source(const PrefillParams& p, const TilePlan& plan,
+                                                int warpgroup, int head_chunk, int row) {
+  const int token_in_warpgroup = row / p.heads_per_chunk;
+  RowSource source;
+  source.tile_token = warpgroup * p.tokens_per_warpgroup + token_in_warpgroup;
+  source.head = head_chunk * p.heads_per_chunk + row % p.heads_per_chunk;
+  source.valid = token_in_warpgroup < p.tokens_per_warpgroup && source.head < p.group_size &&
+                 source.tile_token < plan.num_tokens;
+  return source;
+}
+
 // Exclusive prefix sum of one value per thread over the whole CTA.
 __device__ __forceinline__ int32_t block_exclusive_scan(int32_t value, int32_t* warp_totals,
                                                         int32_t* total) {

@@ -82,6 +82,7 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     }
     mbarrier_init(&smem.header().speculative_k_full, 1);
     mbarrier_init(&smem.header().speculative_v_full, 1);
+    smem.header().speculative_issued = 0;
     fence_barrier_init();
   } else if (threadIdx.x == 32) {
     prefetch_tensor_map(&params.tma_k);

@@ -22,8 +22,9 @@ cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaS
     configured_device = device;
   }
   const uint32_t shared_bytes = params.smem_layout.bytes + kSharedMemoryAlignmentSlack;
+  const unsigned cluster_size = params.cluster_reduce ? static_cast<unsigned>(params.num_splits) : 1u;
   return launch_programmatic(kernel, grid, dim3(RoleConfig<kConsumers>::kThreads), shared_bytes,
-                             stream, params);
+                             stream, cluster_size, params);
 }
 
 template <typename Element>

@@ -43,6 +43,7 @@ __device__ __forceinline__ void issue_speculative_load(const PrefillParams& p, c
                                                        const SpeculativeLoad& load,
                                                        int kv_head) {
   SmemHeader& header = smem.header();
+  header.speculative_issued = 1;
   mbarrier_arrive_expect_tx(&header.speculative_k_full, kStageTxBytes);
   load_block(&p.tma_k, &header.speculative_k_full, smem.k(0), p.is_paged, load.coord, kv_head,
              p.kv_cache_hint);

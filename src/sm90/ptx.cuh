@@ -81,6 +81,41 @@ __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
+// ---- thread-block clusters (distributed shared memory) -----------------------------------------
+
+// Every non-exited thread of the cluster arrives, then waits for the others: release/acquire, so
+// shared-memory writes before it are visible to the cluster's reads after it.
+__device__ __forceinline__ void cluster_barrier_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;" ::
+          : "memory");
+}
+
+// The address of the same shared-memory location in the cluster's CTA `rank`.
+__device__ __forceinline__ uint32_t cluster_shared_address(const void* pointer, uint32_t rank) {
+  uint32_t address;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(address)
+               : "r"(smem_address(pointer)), "r"(rank));
+  return address;
+}
+
+__device__ __forceinline__ float load_cluster_shared(uint32_t address) {
+  float value;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(value) : "r"(address) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ float4 load_cluster_shared4(uint32_t address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+
 // ---- register reallocation between warpgroups ----------------------------------------------------
 
 template <int kRegisters>

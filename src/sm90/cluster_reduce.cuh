@@ -1,0 +1,115 @@
+// The KV-split reduction of decode launches, inside the thread-block cluster that the split CTAs
+// of one (tile, head column) form (launch.cu: cluster of num_splits CTAs along x; the split
+// index is the CTA's rank in the cluster). Each CTA's consumer warpgroup leaves its normalised
+// partial output and LSEs in its own shared memory (the idle first K and V stages); after a
+// cluster barrier, CTA r combines rows r, r + S, r + 2S, ... of all S partials, read through
+// distributed shared memory, and writes out and the LSEs; a second barrier keeps every CTA's
+// shared memory alive until the others are done reading it. This replaces the merge kernel's
+// global round trip and its launch (docs/performance.md).
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+
+#include "sm90/kernel_traits.h"
+#include "sm90/mma.cuh"
+#include "sm90/params.h"
+#include "sm90/planning.cuh"
+#include "sm90/ptx.cuh"
+#include "sm90/split_combine.cuh"
+
+namespace flashmsa::sm90 {
+
+// Partials in shared memory: fp32 out [64 rows][128] in the first K stage (exactly 32 KiB), LSEs
+// [64] and temperature LSEs [64] in the first V stage.
+__device__ __forceinline__ float* partial_out_rows(const Smem& smem) {
+  return reinterpret_cast<float*>(smem.k(0));
+}
+__device__ __forceinline__ float* partial_lse_rows(const Smem& smem) {
+  return reinterpret_cast<float*>(smem.v(0));
+}
+__device__ __forceinline__ float* partial_lse_t_rows(const Smem& smem) {
+  return reinterpret_cast<float*>(smem.v(0)) + kRowsPerWarpgroup;
+}
+
+static_assert(kRowsPerWarpgroup * kHeadDim * sizeof(float) <= kKvTileBytes,
+              "the partial output of a warpgroup must fit in one K stage");
+
+// A consumer thread's two accumulator rows (row_in_warpgroup[h]), scaled by scale[h], and
+// their LSEs. Stage 0 may still be receiving a speculative load that the plan did not use
+// (producer.cuh): it is waited for first.
+template <bool kTemperatureLse>
+__device__ __forceinline__ void publish_partial(const Smem& smem, const Accumulator& o,
+                                                const int (&row_in_warpgroup)[2],
+                                                const bool (&valid)[2], const float (&scale)[2],
+                                                const float (&lse)[2], const float (&lse_t)[2]) {
+  SmemHeader& header = smem.header();
+  if (header.speculative_issued) {
+    mbarrier_wait(&header.speculative_k_full, 0);
+    mbarrier_wait(&header.speculative_v_full, 0);
+  }
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!valid[h]) continue;
+    float* out = partial_out_rows(smem) + row_in_warpgroup[h] * kHeadDim + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      *reinterpret_cast<float2*>(out + 8 * j) =
+          make_float2(o[4 * j + 2 * h] * scale[h], o[4 * j + 2 * h + 1] * scale[h]);
+    }
+    if (lane % 4 == 0) {
+      partial_lse_rows(smem)[row_in_warpgroup[h]] = lse[h];
+      if (kTemperatureLse) partial_lse_t_rows(smem)[row_in_warpgroup[h]] = lse_t[h];
+    }
+  }
+}
+
+// All consumer threads of every CTA of the cluster, after publish_partial.
+template <typename Element, bool kTemperatureLse>
+__device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& smem,
+                                           const TilePlan& plan, int kv_head, int head_chunk) {
+  cluster_barrier_sync();  // every split's partial is in its shared memory
+  const int splits = p.num_splits, rank = plan.split;
+  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+#pragma unroll 1
+  for (int row = rank + splits * warp; row < kRowsPerWarpgroup; row += 4 * splits) {
+    const RowSource source = row_source(p, plan, 0, head_chunk, row);
+    if (!source.valid) continue;  // warp-uniform
+    // Lane s < splits holds split s's LSEs (splits <= kMaxClusterSplits <= 32).
+    float lse_part[2] = {-INFINITY, -INFINITY}, lse_t_part[2] = {-INFINITY, -INFINITY};
+    if (lane < splits) {
+      lse_part[0] = load_cluster_shared(cluster_shared_address(&partial_lse_rows(smem)[row], lane));
+      if (kTemperatureLse) {
+        lse_t_part[0] =
+            load_cluster_shared(cluster_shared_address(&partial_lse_t_rows(smem)[row], lane));
+      }
+    }
+    const float lse = warp_log_sum_exp(lse_part);
+    const float weight = lse == -INFINITY ? 0.f : __expf(lse_part[0] - lse);
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (lse != -INFINITY) {
+      const float* mine = partial_out_rows(smem) + row * kHeadDim + 4 * lane;
+#pragma unroll 1
+      for (int s = 0; s < splits; ++s) {
+        const float w = __shfl_sync(0xffffffffu, weight, s);
+        const float4 value = load_cluster_shared4(cluster_shared_address(mine, s));
+        sum.x += w * value.x;
+        sum.y += w * value.y;
+        sum.z += w * value.z;
+        sum.w += w * value.w;
+      }
+    }
+    const int64_t token = plan.first_row + source.tile_token;
+    const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + source.head;
+    store4(static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) + 4 * lane, sum);
+    const float lse_t = kTemperatureLse ? warp_log_sum_exp(lse_t_part) : 0.f;
+    if (lane == 0) {
+      if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = lse;
+      if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = lse_t;
+    }
+  }
+  cluster_barrier_sync();  // no CTA leaves while another still reads its shared memory
+}
+
+}  // namespace flashmsa::sm90
