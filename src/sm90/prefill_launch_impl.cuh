@@ -27,6 +27,34 @@ cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaS
                              stream, cluster_size, params);
 }
 
+// The query behind max_active_decode_clusters (prefill_bf16.cu instantiates it for bf16; the
+// dtype changes neither registers nor shared memory).
+template <typename Element>
+int max_active_decode_clusters_of(uint32_t shared_bytes, int cluster_size) {
+  auto kernel = prefill_kernel<Element, false, 1>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kSharedMemoryLimit) != cudaSuccess) {
+    return 0;
+  }
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(cluster_size));
+  config.blockDim = dim3(RoleConfig<1>::kThreads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();  // the query's failure is not the caller's sticky error
+    return 0;
+  }
+  return clusters;
+}
+
 template <typename Element>
 cudaError_t launch_prefill(const PrefillParams& params, dim3 grid, bool temperature_lse,
                            cudaStream_t stream) {
