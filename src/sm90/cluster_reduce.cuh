@@ -77,7 +77,6 @@ __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& s
     const RowSource source = row_source(p, plan, 0, head_chunk, row);
     if (!source.valid) continue;  // warp-uniform
     // Lane s < splits holds split s's LSEs (splits <= kMaxClusterSplits <= 32).
-    static_assert(kMaxClusterSplits <= 32, "one split LSE per lane");
     float lse_part[2] = {-INFINITY, -INFINITY}, lse_t_part[2] = {-INFINITY, -INFINITY};
     if (lane < splits) {
       lse_part[0] = load_cluster_shared(cluster_shared_address(&partial_lse_rows(smem)[row], lane));

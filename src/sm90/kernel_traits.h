@@ -34,10 +34,9 @@ constexpr int kKvPanelBytes = kBlockKeys * 128;        // 16 KiB
 constexpr int kKvTileBytes = 2 * kKvPanelBytes;        // one operand of one block: 32 KiB
 constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one block
 
-// Decode's KV split runs as one thread-block cluster per (tile, head column)
-// (cluster_reduce.cuh): up to 16 CTAs, a non-portable cluster size that Hopper allows on opt-in
-// (launch.cu checks with the occupancy API that the clusters fit).
-constexpr int kMaxClusterSplits = 16;
+// Decode's KV split runs as one thread-block cluster per (tile, head column): at most the
+// portable cluster size (cluster_reduce.cuh).
+constexpr int kMaxClusterSplits = 8;
 
 // L2 policies of the K/V loads (PrefillParams::kv_cache_hint, the TMA cache-hint operand):
 // evict-normal for prefill (blocks are shared by neighbouring tiles of one head), evict-first

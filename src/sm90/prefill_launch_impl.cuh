@@ -19,9 +19,6 @@ cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaS
     status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   kSharedMemoryLimit);
     if (status != cudaSuccess) return status;
-    // Decode clusters may hold up to 16 CTAs (kMaxClusterSplits), beyond the portable 8.
-    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (status != cudaSuccess) return status;
     configured_device = device;
   }
   const uint32_t shared_bytes = params.smem_layout.bytes + kSharedMemoryAlignmentSlack;
@@ -36,10 +33,7 @@ template <typename Element>
 int max_active_decode_clusters_of(uint32_t shared_bytes, int cluster_size) {
   auto kernel = prefill_kernel<Element, false, 1>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kSharedMemoryLimit) != cudaSuccess ||
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-          cudaSuccess) {
-    cudaGetLastError();
+                           kSharedMemoryLimit) != cudaSuccess) {
     return 0;
   }
   cudaLaunchAttribute attribute;
