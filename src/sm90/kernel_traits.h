@@ -85,7 +85,7 @@ struct SmemHeader {
 // the tile's (at most 128) index entries.
 constexpr int kPageRowLoadsPerThread = 8;
 constexpr int kPageRowCapacity = (kMaxThreads - 32) * kPageRowLoadsPerThread;
-constexpr int kWarpPlanMaxEntries = 128;
+constexpr int kWarpPlanMaxEntries = 128;  // four per lane of one warp
 constexpr uint32_t kWarpScratchBytes = (kPageRowCapacity + kWarpPlanMaxEntries) * 4;
 
 // Byte offsets from the 1024-aligned base of dynamic shared memory, computed by launch.cu.

@@ -147,10 +147,17 @@ int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_
   return static_cast<int32_t>(parsed);
 }
 
+// Cached per device: tile_config runs twice per call (workspace size, then launch).
 int multiprocessor_count(int device) {
+  static std::mutex mutex;
+  static std::map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = counts.find(device);
+  if (found != counts.end()) return found->second;
   int count = 0;
   check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
              "cudaDeviceGetAttribute");
+  counts.emplace(device, count);
   return count;
 }
 

@@ -220,7 +220,7 @@ __device__ __forceinline__ void warp_bitonic_sort(int64_t (&value)[4], int count
 }
 
 constexpr int64_t kInvalidCandidate = INT64_MAX;
-constexpr int kWarpSortMax = 128;  // lists up to this long are sorted by one warp in registers
+constexpr int kWarpSortMax = kWarpPlanMaxEntries;  // sorted by one warp in registers, 4 per lane
 
 // Entry e of the tile's tokens x topk index list belongs to token e / topk. The entries live in
 // shared memory (entry_blocks), and every loop over them is rolled (#pragma unroll 1): a CTA

@@ -31,6 +31,14 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
   }
 }
 
+// Arms `full` for one operand's bytes and loads the block into `destination`.
+__device__ __forceinline__ void load_operand(const PrefillParams& p, const CUtensorMap* map,
+                                             uint64_t* full, uint8_t* destination, int32_t coord,
+                                             int32_t kv_head) {
+  mbarrier_arrive_expect_tx(full, kStageTxBytes);
+  load_block(map, full, destination, p.is_paged, coord, kv_head, p.kv_cache_hint);
+}
+
 // A block whose K and V the producer loaded into stage 0 before planning ended (warp planning's
 // speculation, warp_planning.cuh), completing on the header's speculative barriers rather than
 // the stage's; block -1: none.
@@ -44,12 +52,8 @@ __device__ __forceinline__ void issue_speculative_load(const PrefillParams& p, c
                                                        int kv_head) {
   SmemHeader& header = smem.header();
   header.speculative_issued = 1;
-  mbarrier_arrive_expect_tx(&header.speculative_k_full, kStageTxBytes);
-  load_block(&p.tma_k, &header.speculative_k_full, smem.k(0), p.is_paged, load.coord, kv_head,
-             p.kv_cache_hint);
-  mbarrier_arrive_expect_tx(&header.speculative_v_full, kStageTxBytes);
-  load_block(&p.tma_v, &header.speculative_v_full, smem.v(0), p.is_paged, load.coord, kv_head,
-             p.kv_cache_hint);
+  load_operand(p, &p.tma_k, &header.speculative_k_full, smem.k(0), load.coord, kv_head);
+  load_operand(p, &p.tma_v, &header.speculative_v_full, smem.v(0), load.coord, kv_head);
 }
 
 // K(i), then V(i), for each block of the slice, in union order: K(i) waits for the consumers to
@@ -69,9 +73,8 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
     uint64_t* full = value ? &header.v_full[stage] : &header.k_full[stage];
     uint64_t* empty = value ? &header.v_empty[stage] : &header.k_empty[stage];
     mbarrier_wait(empty, ((i / num_stages) & 1) ^ 1);
-    mbarrier_arrive_expect_tx(full, kStageTxBytes);
-    load_block(value ? &p.tma_v : &p.tma_k, full, value ? smem.v(stage) : smem.k(stage),
-               p.is_paged, coord, kv_head, p.kv_cache_hint);
+    load_operand(p, value ? &p.tma_v : &p.tma_k, full, value ? smem.v(stage) : smem.k(stage),
+                 coord, kv_head);
   };
   const int steps = plan.slice_end - plan.slice_begin;
   int first_step = 0;

@@ -5,26 +5,17 @@
 // read nothing carry lse_s = -inf and weigh 0.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
+
+#include "sm90/mma.cuh"
 
 namespace flashmsa::sm90 {
 
+// Four combined values to out in q's dtype (one 8-byte store), packed as the P V operand is.
 template <typename Element>
-__device__ __forceinline__ void store4(Element* destination, float4 value);
-
-template <>
-__device__ __forceinline__ void store4(__nv_bfloat16* destination, float4 value) {
-  __nv_bfloat162 pair[2] = {__floats2bfloat162_rn(value.x, value.y),
-                            __floats2bfloat162_rn(value.z, value.w)};
-  *reinterpret_cast<uint2*>(destination) = *reinterpret_cast<uint2*>(pair);
-}
-
-template <>
-__device__ __forceinline__ void store4(__half* destination, float4 value) {
-  __half2 pair[2] = {__floats2half2_rn(value.x, value.y), __floats2half2_rn(value.z, value.w)};
-  *reinterpret_cast<uint2*>(destination) = *reinterpret_cast<uint2*>(pair);
+__device__ __forceinline__ void store4(Element* destination, float4 value) {
+  *reinterpret_cast<uint2*>(destination) = make_uint2(MmaAtoms<Element>::pack(value.x, value.y),
+                                                      MmaAtoms<Element>::pack(value.z, value.w));
 }
 
 __device__ __forceinline__ float warp_max(float value) {
