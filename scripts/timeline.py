@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-CASES = ((1, 1), (16, 1), (64, 1))  # (batch, query tokens per request), KV 32768, M3 heads
+CASES = ((1, 1), (16, 1), (64, 1), (32, 8))  # (batch, query tokens per request), KV 32768, M3 heads
 CALLS = 4
 
 

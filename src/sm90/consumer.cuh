@@ -206,6 +206,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     issue_scores<Element>(smem_address(q_smem), smem_address(smem.k(stage)), s);
     cute::warpgroup_wait<0>();
     fence_accumulator(s);
+    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstScores);
     mbarrier_arrive(&smem.header().k_empty[stage]);
 
     const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
@@ -221,6 +222,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     softmax.template update<Element>(s, visible, p.scale_log2, p.lse_temperature, probabilities,
                                      correction);
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
+    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
 
     mbarrier_wait(&smem.header().v_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);

@@ -135,9 +135,9 @@ struct TileConfig {
 };
 
 // Measurement overrides of the shape-derived launch choices, for sweeps on the GPU machine
-// (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS, FLASHMSA_TUNE_TILES_OUTER and
-// FLASHMSA_TUNE_EVICT_FIRST (0 or 1). Unset, or
-// not a number in [minimum, maximum], leaves the heuristic's value.
+// (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS, FLASHMSA_TUNE_TILES_OUTER,
+// FLASHMSA_TUNE_EVICT_FIRST, FLASHMSA_TUNE_SPECULATE and FLASHMSA_TUNE_DEEP_PIPELINE (0 or 1).
+// Unset, or not a number in [minimum, maximum], leaves the heuristic's value.
 int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_t maximum) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return value;
@@ -229,6 +229,20 @@ TileConfig tile_config(const flashmsa_args& args) {
     }
   }
   c.num_splits = tuning_override("FLASHMSA_TUNE_SPLITS", c.num_splits, 1, most_splits);
+  // A decode grid that has no more CTAs than the machine has SMs runs one CTA per SM, which
+  // leaves room for two K and two V stages: the next block's loads are in flight while the
+  // current one is computed, instead of waiting for its S and softmax (about 2 us a block on the
+  // timeline, docs/performance.md). The clusters must still all be resident.
+  const int64_t ctas = units * c.num_splits;
+  if (decode_like && ctas <= multiprocessor_count(args.device_index) &&
+      tuning_override("FLASHMSA_TUNE_DEEP_PIPELINE", 1, 0, 1) != 0) {
+    c.ctas_per_sm = 1;
+    const uint32_t shared_bytes = smem_layout(args, c).bytes + sm90::kSharedMemoryAlignmentSlack;
+    if (c.num_splits > 1 &&
+        max_active_decode_clusters(args.device_index, shared_bytes, c.num_splits) < units) {
+      c.ctas_per_sm = 2;
+    }
+  }
   c.cluster_reduce = decode_like && c.num_splits > 1;
   c.tiles_outer = tuning_override("FLASHMSA_TUNE_TILES_OUTER", decode_like, 0, 1) != 0;
   c.kv_evict_first = tuning_override("FLASHMSA_TUNE_EVICT_FIRST", decode_like, 0, 1) != 0;
@@ -356,6 +370,7 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
                        ? static_cast<int32_t>(args.total_q / args.batch_size)
                        : 0;
   p.warp_planning = plans_in_one_warp(args, tiles);
+  p.speculate_first_block = tuning_override("FLASHMSA_TUNE_SPECULATE", 1, 0, 1);
   p.tiles_outer = tiles.tiles_outer;
   p.max_tiles = tiles.max_tiles;
   p.kv_cache_hint = tiles.kv_evict_first ? sm90::kCacheHintEvictFirst : sm90::kCacheHintEvictNormal;

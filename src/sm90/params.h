@@ -47,6 +47,9 @@ struct PrefillParams {
   // the concurrent prefill tiles of one head walking their blocks in the same order (entry
   // order measured 5-10% slower on M3 prefill: docs/performance.md).
   int32_t warp_planning;
+  // Whether warp planning loads its slice's probable first block before the plan is done
+  // (warp_planning.cuh; 1 unless FLASHMSA_TUNE_SPECULATE=0 turns it off for a measurement).
+  int32_t speculate_first_block;
   // How blockIdx.x splits into (tile, head column, KV split), see cta_work(): decode puts the
   // tile outermost so that the CTAs of real tiles come first in the grid (the bound on tiles is
   // loose, and CTAs past the real tiles would otherwise take first-wave slots); prefill puts

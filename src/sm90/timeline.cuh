@@ -20,7 +20,7 @@ namespace flashmsa::sm90 {
 enum TimelineMark {
   kMarkEntry, kMarkWaited, kMarkLocated, kMarkEntriesRead, kMarkNegativesCut, kMarkCandidates,
   kMarkSorted, kMarkCompacted, kMarkPlanned, kMarkQueriesLoaded, kMarkFirstK, kMarkFirstV,
-  kMarkLastK, kMarkLoopDone, kNumMarks
+  kMarkLastK, kMarkLoopDone, kMarkFirstScores, kMarkFirstSoftmax, kNumMarks
 };
 
 __device__ uint64_t g_timeline[2][kNumMarks];
@@ -48,14 +48,15 @@ __device__ __forceinline__ void timeline_print() {
   const uint64_t end = timeline_now();
   printf("TL cta %d waited %llu located %llu entries %llu negatives %llu candidates %llu "
          "deduplicated %llu compacted %llu planned %llu q %llu first_k %llu first_v %llu last_k %llu "
-         "loop %llu end %llu\n",
+         "loop %llu scores %llu softmax %llu end %llu\n",
          blockIdx.x, t[kMarkWaited] - t[kMarkEntry], t[kMarkLocated] - t[kMarkEntry],
          t[kMarkEntriesRead] - t[kMarkEntry], t[kMarkNegativesCut] - t[kMarkEntry],
          t[kMarkCandidates] - t[kMarkEntry], t[kMarkSorted] - t[kMarkEntry],
          t[kMarkCompacted] - t[kMarkEntry], t[kMarkPlanned] - t[kMarkEntry],
          t[kMarkQueriesLoaded] - t[kMarkEntry], t[kMarkFirstK] - t[kMarkEntry],
          t[kMarkFirstV] - t[kMarkEntry], t[kMarkLastK] - t[kMarkEntry],
-         t[kMarkLoopDone] - t[kMarkEntry], end - t[kMarkEntry]);
+         t[kMarkLoopDone] - t[kMarkEntry], t[kMarkFirstScores] - t[kMarkEntry],
+         t[kMarkFirstSoftmax] - t[kMarkEntry], end - t[kMarkEntry]);
 }
 
 }  // namespace flashmsa::sm90

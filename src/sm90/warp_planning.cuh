@@ -1,10 +1,10 @@
 // Planning by one warp, for decode launches (the one-consumer kernel) whose tiles hold at most
-// 128 candidates (tokens x topk: decode and multi-token prediction). It builds what plan_union (planning.cuh) builds: the
-// tile's key limits, the union of its tokens' selected blocks and each union block's token
+// 128 candidates (tokens x topk: decode and multi-token prediction). It builds what plan_union
+// (planning.cuh) builds: the tile's key limits, the union of its tokens' selected blocks and each union block's token
 // mask, but keeps the union in entry order (first occurrences, token-major) rather than
 // sorted: flat and paged calls still visit the same blocks in the same order (bitwise equal
-// results), and the first block of a CTA's slice is then known before planning ends. Lane l of
-// warp 0 holds entries 4l .. 4l + 3 in registers; there is no block barrier between the steps,
+// results), and the first block of a CTA's slice is then known before planning ends. Warp 0
+// holds the entries in registers (WarpEntries); there is no block barrier between the steps,
 // and the consumers load Q meanwhile.
 //
 // Two rounds of loads instead of three: the guessed tile's index entries and its request's
@@ -32,10 +32,14 @@ __device__ __forceinline__ bool plans_in_one_warp(const PrefillParams& p) {
   return p.warp_planning != 0;
 }
 
-// A tile's index entries as warp 0 holds them: lane l has entries 4l .. 4l + 3 of the tile's
-// tokens x topk list (entry e: token e / topk, position e % topk); -1 past the list.
+// A tile's index entries as warp 0 holds them, round-major: lane l has entries l, 32 + l,
+// 64 + l and 96 + l of the tile's tokens x topk list (entry e: token e / topk, position
+// e % topk); -1 past the list. A one-token decode tile (topk <= 32) is then one register per
+// lane, and each planning rule is a few warp-wide instructions (ballot, match) on it.
+constexpr int kEntryRounds = kWarpPlanMaxEntries / 32;
+
 struct WarpEntries {
-  int32_t block[4];
+  int32_t block[kEntryRounds];
 };
 
 __device__ __forceinline__ WarpEntries load_warp_entries(const PrefillParams& p,
@@ -45,8 +49,8 @@ __device__ __forceinline__ WarpEntries load_warp_entries(const PrefillParams& p,
   const int num_entries = num_tokens * p.topk;
   WarpEntries entries;
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int e = 4 * lane + r;
+  for (int r = 0; r < kEntryRounds; ++r) {
+    const int e = 32 * r + lane;
     entries.block[r] = -1;
     if (e < num_entries) {
       const int64_t row = first_row + e / p.topk;
@@ -150,18 +154,19 @@ __device__ inline SpeculativeLoad speculate_first_block(const PrefillParams& p, 
   const int lane = threadIdx.x % 32;
   const int num_entries = header.tile_num_tokens * p.topk;
   const int first = num_entries * split / p.num_splits;
-  bool usable = guess_holds(guess, header) && first < num_entries * (split + 1) / p.num_splits;
+  bool usable = p.speculate_first_block && guess_holds(guess, header) &&
+                first < num_entries * (split + 1) / p.num_splits;
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    usable &= __all_sync(0xffffffffu, 4 * lane + r >= num_entries || entries.block[r] >= 0);
+  for (int r = 0; r < kEntryRounds; ++r) {
+    usable &= __all_sync(0xffffffffu, 32 * r + lane >= num_entries || entries.block[r] >= 0);
   }
-  // entries.block[first % 4] without a dynamically indexed register array (local memory).
-  const int r = first % 4;
+  // entries.block[first / 32] without a dynamically indexed register array (local memory).
+  const int r = (first / 32) % kEntryRounds;
   const int32_t mine = r == 0 ? entries.block[0]
                        : r == 1 ? entries.block[1]
                        : r == 2 ? entries.block[2]
                                 : entries.block[3];
-  const int32_t block = __shfl_sync(0xffffffffu, mine, (first / 4) % 32);
+  const int32_t block = __shfl_sync(0xffffffffu, mine, first % 32);
   const SpeculativeLoad none{-1, -1};
   if (!usable || lane != 0) return none;
   const int token = first / p.topk;
@@ -203,21 +208,28 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
   }
   __syncwarp();
   FLASHMSA_MARK_BY(0, kMarkEntriesRead);
-  // Rule 1: the first negative entry ends a token's list.
-  int token[4];
+  const int rounds = (num_entries + 31) / 32;  // warp-uniform
+  const uint32_t lanes_below = (1u << lane) - 1;
+  // Rule 1: the first negative entry ends a token's list. Every loop over the rounds stops at
+  // the tile's last one: the code of the rounds a one-token tile does not have is then never
+  // fetched, which matters because each CTA runs planning once, with cold instruction caches,
+  // while the memory system is busy with the other CTAs' loads (docs/performance.md).
+  int token[kEntryRounds] = {};
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int e = 4 * lane + r;
+  for (int r = 0; r < kEntryRounds; ++r) {
+    if (r >= rounds) break;
+    const int e = 32 * r + lane;
     token[r] = e / topk;
     if (e < num_entries && entries.block[r] < 0) atomicMin(&first_negative[token[r]], e % topk);
   }
   __syncwarp();
   FLASHMSA_MARK_BY(0, kMarkNegativesCut);
   // Rule 2: entries that select no key, or whose page is not a page, become -1.
-  int32_t coord[4];
+  int32_t coord[kEntryRounds] = {-1, -1, -1, -1};
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int e = 4 * lane + r;
+  for (int r = 0; r < kEntryRounds; ++r) {
+    if (r >= rounds) break;
+    const int e = 32 * r + lane;
     const int32_t block = entries.block[r];
     coord[r] = -1;
     if (e < num_entries && e % topk < first_negative[token[r]] &&
@@ -227,45 +239,49 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
     if (coord[r] < 0) entries.block[r] = -1;
   }
   FLASHMSA_MARK_BY(0, kMarkCandidates);
-  // Rule 3: an entry is the union's if no earlier entry holds the same block. Every lane walks
-  // the entries in order (rolled: one iteration per lane that holds entries).
-  int first_entry[4] = {-1, -1, -1, -1};
-  const int holders = (num_entries + 3) / 4;
+  // Rule 3: an entry is the union's if no earlier entry holds the same block; first_entry is
+  // the earliest entry holding it. Earlier rounds are walked lane by lane (only tiles of more
+  // than 32 entries have them), then one match finds the earliest lane of the same round.
+  int first_entry[kEntryRounds];
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) first_entry[r] = -1;
+#pragma unroll
+  for (int earlier = 0; earlier < kEntryRounds - 1; ++earlier) {
+    if (earlier + 1 >= rounds) break;
 #pragma unroll 1
-  for (int source = 0; source < holders; ++source) {
+    for (int source = 0; source < 32; ++source) {
+      const int32_t other = __shfl_sync(0xffffffffu, entries.block[earlier], source);
 #pragma unroll
-    for (int rs = 0; rs < 4; ++rs) {
-      const int32_t other = __shfl_sync(0xffffffffu, entries.block[rs], source);
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        if (first_entry[r] < 0 && other == entries.block[r]) first_entry[r] = 4 * source + rs;
+      for (int r = earlier + 1; r < kEntryRounds; ++r) {
+        if (first_entry[r] < 0 && other >= 0 && other == entries.block[r]) {
+          first_entry[r] = 32 * earlier + source;
+        }
       }
     }
   }
+  bool is_first[kEntryRounds];
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) {
+    is_first[r] = false;
+    if (r >= rounds) continue;
+    const uint32_t same = __match_any_sync(0xffffffffu, entries.block[r]);
+    if (first_entry[r] < 0) first_entry[r] = 32 * r + __ffs(same) - 1;
+    is_first[r] = entries.block[r] >= 0 && first_entry[r] == 32 * r + lane;
+  }
   FLASHMSA_MARK_BY(0, kMarkSorted);
-  // Compaction: union slot = number of first occurrences before the entry (a warp scan).
-  bool is_first[4];
-  int count = 0;
+  // Compaction: union slot = number of first occurrences before the entry (ballots).
+  int union_size = 0;
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    is_first[r] = entries.block[r] >= 0 && first_entry[r] == 4 * lane + r;
-    count += is_first[r];
-  }
-  int inclusive = count;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset *= 2) {
-    const int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
-    if (lane >= offset) inclusive += other;
-  }
-  const int union_size = __shfl_sync(0xffffffffu, inclusive, 31);
-  int slot = inclusive - count;
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    if (!is_first[r]) continue;
-    smem.union_blocks()[slot] = entries.block[r];
-    smem.union_coords()[slot] = coord[r];
-    smem.slot_of_entry()[4 * lane + r] = slot;
-    ++slot;
+  for (int r = 0; r < kEntryRounds; ++r) {
+    if (r >= rounds) break;
+    const uint32_t firsts = __ballot_sync(0xffffffffu, is_first[r]);
+    if (is_first[r]) {
+      const int slot = union_size + __popc(firsts & lanes_below);
+      smem.union_blocks()[slot] = entries.block[r];
+      smem.union_coords()[slot] = coord[r];
+      smem.slot_of_entry()[32 * r + lane] = slot;
+    }
+    union_size += __popc(firsts);
   }
   const int mask_words = p.smem_layout.mask_words;
 #pragma unroll 1
@@ -274,7 +290,8 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
   FLASHMSA_MARK_BY(0, kMarkCompacted);
   // Which tokens selected each union block (duplicates set the same bit once).
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < kEntryRounds; ++r) {
+    if (r >= rounds) break;
     if (entries.block[r] < 0) continue;
     const int u = smem.slot_of_entry()[first_entry[r]];
     atomicOr(&smem.token_mask(u)[token[r] / 32], 1u << (token[r] % 32));
