@@ -48,20 +48,14 @@ __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumula
     mbarrier_wait(&header.speculative_k_full, 0);
     mbarrier_wait(&header.speculative_v_full, 0);
   }
-  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (!valid[h]) continue;
-    float* out = partial_out_rows(smem) + row_in_warpgroup[h] * kHeadDim + 2 * (lane % 4);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      *reinterpret_cast<float2*>(out + 8 * j) =
-          make_float2(o[4 * j + 2 * h] * scale[h], o[4 * j + 2 * h + 1] * scale[h]);
-    }
-    if (lane % 4 == 0) {
-      partial_lse_rows(smem)[row_in_warpgroup[h]] = lse[h];
-      if (kTemperatureLse) partial_lse_t_rows(smem)[row_in_warpgroup[h]] = lse_t[h];
-    }
+    const int row = row_in_warpgroup[h];
+    store_partial_row<kTemperatureLse>(partial_out_rows(smem) + row * kHeadDim,
+                                       &partial_lse_rows(smem)[row],
+                                       &partial_lse_t_rows(smem)[row], o, h, scale[h], lse[h],
+                                       lse_t[h]);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "sm90/planning.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/softmax.cuh"
+#include "sm90/split_combine.cuh"
 #include "sm90/timeline.cuh"
 
 namespace flashmsa::sm90 {
@@ -268,16 +269,10 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     const float scale = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
     if (p.num_splits > 1) {
       const int64_t partial_row = (plan.split * p.total_q + token) * p.num_qo_heads + head;
-      float* out = p.partial_out + partial_row * kHeadDim + 2 * (lane % 4);
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        *reinterpret_cast<float2*>(out + 8 * j) =
-            make_float2(o[4 * j + 2 * h] * scale, o[4 * j + 2 * h + 1] * scale);
-      }
-      if (lane % 4 == 0) {
-        p.partial_lse[partial_row] = lse[h];
-        if (kTemperatureLse) p.partial_lse_t[partial_row] = lse_t[h];
-      }
+      store_partial_row<kTemperatureLse>(p.partial_out + partial_row * kHeadDim,
+                                         p.partial_lse + partial_row,
+                                         kTemperatureLse ? p.partial_lse_t + partial_row : nullptr,
+                                         o, h, scale, lse[h], lse_t[h]);
       continue;
     }
     Element* out =

@@ -73,7 +73,6 @@ struct SmemHeader {
   int32_t request_first_key_row;  // flat path: row of k/v holding the request's key 0
   int64_t tile_first_position;    // query position (causal) of tile token 0
   int32_t union_size;             // distinct selected blocks of the tile (warp planning)
-  uint32_t constant_warmup;       // sink of the parameter-block warm-up loads (never read)
   // Warp planning's speculative first block (warp_planning.cuh): its K and V land on these.
   uint64_t speculative_k_full;
   uint64_t speculative_v_full;

@@ -87,15 +87,6 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   } else if (threadIdx.x == 32) {
     prefetch_tensor_map(&params.tma_k);
     prefetch_tensor_map(&params.tma_v);
-  } else if (threadIdx.x == 64) {
-    // Every 64-byte line of the parameter block at once, into the constant cache: planning reads
-    // new fields in each step, and ncu showed those first reads missing one after another
-    // (docs/performance.md). The sink is stored so that the loads are kept.
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(&params);
-    uint32_t sink = 0;
-#pragma unroll
-    for (int i = 0; i < static_cast<int>(sizeof(PrefillParams) / 4); i += 16) sink ^= words[i];
-    smem.header().constant_warmup = sink;
   }
   // Everything above overlaps the previous kernel's tail (programmatic dependent launch); the
   // inputs it may have written are read only from here on.

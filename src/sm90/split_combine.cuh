@@ -1,5 +1,6 @@
-// Combining the partial results of a KV split: warp-wide log-sum-exp of the split LSEs and
-// 16-bit stores of four combined values. Shared by the merge kernel (merge.cu: partials in
+// The partial results of a KV split: how a split CTA stores its rows (fp32, normalised, with
+// their LSEs), and how they are combined: warp-wide log-sum-exp of the split LSEs and 16-bit
+// stores of four combined values. Shared by the merge kernel (merge.cu: partials in
 // global memory) and the cluster reduction (cluster_reduce.cuh: partials in the split CTAs'
 // shared memory). lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) * out_s; splits that
 // read nothing carry lse_s = -inf and weigh 0.
@@ -10,6 +11,26 @@
 #include "sm90/mma.cuh"
 
 namespace flashmsa::sm90 {
+
+// Accumulator row h of a consumer thread (its 32 of the row's 128 columns), times `scale`, into
+// the fp32 row at `row`, and the row's LSEs by the first lane of the row's quad. The same for
+// the workspace (merge.cu) and for the cluster's shared memory (cluster_reduce.cuh).
+template <bool kTemperatureLse>
+__device__ __forceinline__ void store_partial_row(float* row, float* lse_slot, float* lse_t_slot,
+                                                  const Accumulator& o, int h, float scale,
+                                                  float lse, float lse_t) {
+  const int lane = threadIdx.x % 32;
+  float* out = row + 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    *reinterpret_cast<float2*>(out + 8 * j) =
+        make_float2(o[4 * j + 2 * h] * scale, o[4 * j + 2 * h + 1] * scale);
+  }
+  if (lane % 4 == 0) {
+    *lse_slot = lse;
+    if (kTemperatureLse) *lse_t_slot = lse_t;
+  }
+}
 
 // Four combined values to out in q's dtype (one 8-byte store), packed as the P V operand is.
 template <typename Element>
