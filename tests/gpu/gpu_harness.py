@@ -172,6 +172,26 @@ def check_inputs_unchanged(case):
                 f"[{case.name}] input {key} changed on the GPU during the call")
 
 
+def garbage_indices(q2k, num_blocks_min, generator):
+    """q2k with contract section 4's worst, row r by r % 7: huge ids, a negative in the middle (the
+    rest ignored, garbage included), one id topk times, unsorted, an id past the shortest
+    request's blocks, the most negative id."""
+    q2k = q2k.clone()
+    heads, rows, topk = q2k.shape
+    r = torch.arange(rows)
+    q2k[:, r % 7 == 0, topk // 2] = 2 ** 31 - 1
+    q2k[:, r % 7 == 1, 1] = 2 ** 30 + 5
+    middle = r % 7 == 2
+    q2k[:, middle, topk // 2] = -7
+    q2k[:, middle, topk // 2 + 1:] = 2 ** 31 - 1          # after the end: must be ignored
+    dup = r % 7 == 3
+    q2k[:, dup, 1:] = q2k[:, dup, :1]                   # one id, topk times
+    q2k[:, r % 7 == 4] = q2k[:, r % 7 == 4].flip(-1)    # unsorted (patterns put own block first)
+    q2k[:, r % 7 == 5, -1] = num_blocks_min + torch.randint(0, 3, (1,), generator=generator).item()
+    q2k[:, r % 7 == 6, 2] = -(2 ** 31)
+    return q2k
+
+
 def assert_bitwise(name, what, got, want):
     """Bitwise equality of two outputs (NaN never equals; -inf equals -inf)."""
     if got is None and want is None:

@@ -8,8 +8,8 @@ import torch
 
 import flashmsa
 import test_cpu_backend
-from gpu_harness import (DEVICE, DTYPES, assert_bitwise, check_gpu_result, dtype_id, make_case,
-                         run_cpu_backend, run_gpu, synchronize)
+from gpu_harness import (DEVICE, DTYPES, assert_bitwise, check_gpu_result, dtype_id,
+                         garbage_indices, make_case, run_cpu_backend, run_gpu, synchronize)
 
 # (B, Hq, Hkv, topk, q lens, k lens, causal): the CPU suite's cases (issue 2's list, the
 # MiniMax-M3 head layout at small lengths, group size 3, topk 1 and 64), run here on CUDA.
@@ -124,25 +124,6 @@ def test_rows_that_read_nothing(dtype):
         assert bool(torch.isfinite(x[~dead]).all()), f"[{name}] {what} not finite on read rows"
 
 
-def _garbage(q2k, num_blocks_min, generator):
-    """Contract section 4's worst: huge ids, a negative in the middle (the rest ignored, garbage
-    included), duplicates, unsorted and out-of-range ids."""
-    q2k = q2k.clone()
-    heads, rows, topk = q2k.shape
-    r = torch.arange(rows)
-    q2k[:, r % 7 == 0, topk // 2] = 2 ** 31 - 1
-    q2k[:, r % 7 == 1, 1] = 2 ** 30 + 5
-    middle = r % 7 == 2
-    q2k[:, middle, topk // 2] = -7
-    q2k[:, middle, topk // 2 + 1:] = 2 ** 31 - 1          # after the end: must be ignored
-    dup = r % 7 == 3
-    q2k[:, dup, 1:] = q2k[:, dup, :1]                   # one id, topk times
-    q2k[:, r % 7 == 4] = q2k[:, r % 7 == 4].flip(-1)    # unsorted (patterns put own block first)
-    q2k[:, r % 7 == 5, -1] = num_blocks_min + torch.randint(0, 3, (1,), generator=generator).item()
-    q2k[:, r % 7 == 6, 2] = -(2 ** 31)
-    return q2k
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("layout", ["flat", "paged"])
 def test_garbage_indices(layout, dtype):
@@ -151,7 +132,8 @@ def test_garbage_indices(layout, dtype):
     name = _name("garbage", dtype, layout=layout)
     case = make_case(name, [150, 97], [1800, 1000], 16, 2, 16, True, dtype=dtype, seed=19,
                      layout=layout)
-    q2k = _garbage(case.cpu["q2k_indices"], num_blocks_min=8, generator=torch.Generator())
+    q2k = garbage_indices(case.cpu["q2k_indices"], num_blocks_min=8,
+                          generator=torch.Generator())
     changes = dict(q2k_indices=q2k.to(DEVICE))
     if layout == "paged":
         table = case.cpu["page_table"].clone()

@@ -9,7 +9,7 @@ import torch
 
 import flashmsa
 from gpu_harness import (DEVICE, DTYPES, assert_bitwise, capture_graph, check_gpu_result,
-                         dtype_id, make_case, replay, run_gpu)
+                         dtype_id, garbage_indices, make_case, replay, run_gpu)
 
 HEADS = dict(num_qo_heads=64, num_kv_heads=4, topk=16)
 # KV lengths drawn for ragged batches: empty, below one block, around block edges, long.
@@ -47,6 +47,27 @@ def test_decode_bf16(batch, qlen):
 @pytest.mark.parametrize("batch", [3, 64])
 def test_decode_fp16(batch, qlen):
     case = decode_case(batch, qlen, torch.float16, seed=71 + batch + qlen)
+    check_gpu_result(case, run_gpu(case))
+
+
+# Decode tiles of more than 32 index entries take the multi-round path of warp planning
+# (src/sm90/warp_planning.cuh: entries 32 apart share a lane): M3 heads with 3 or 4 tokens per
+# request (48 or 64 entries), and group size 8 with 8 tokens (8 x 16 = 128, all four rounds).
+@pytest.mark.parametrize("heads,qlen", [((64, 4), 3), ((64, 4), 4), ((16, 2), 8)],
+                         ids=["m3-q3", "m3-q4", "g8-q8"])
+def test_decode_multi_round_garbage_indices(heads, qlen):
+    """Duplicates within and across a tile's tokens and rounds, a negative mid-list, huge and
+    out-of-range ids (contract section 4), and garbage in the page table's unused entries."""
+    num_qo_heads, num_kv_heads = heads
+    lengths = [30000, 4097, 129, 1000, 9000, 20000]
+    name = f"decode-garbage-hq{num_qo_heads}-hkv{num_kv_heads}-q{qlen}"
+    case = make_case(name, [qlen] * len(lengths), lengths, num_qo_heads, num_kv_heads, 16, True,
+                     seed=91 + qlen, layout="paged")
+    q2k = garbage_indices(case.cpu["q2k_indices"], num_blocks_min=2,
+                          generator=torch.Generator().manual_seed(qlen))
+    table = case.cpu["page_table"].clone()
+    table[table < 0] = 2 ** 31 - 1                      # unused entries: never dereferenced
+    case.with_gpu(q2k_indices=q2k.to(DEVICE), page_table=table.to(DEVICE))
     check_gpu_result(case, run_gpu(case))
 
 
