@@ -1,4 +1,4 @@
-"""Baselines of the prefill benchmark: dense SDPA of equal work and FlexAttention.
+"""Baselines of the prefill and decode benchmarks: dense SDPA of equal work and FlexAttention.
 
 Each builder does its set-up (inputs, block masks, compilation) outside the timed region and
 returns the callables to time, one per rotation set. The gather-based baseline is
@@ -20,18 +20,19 @@ SDPA_BACKENDS = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
 
 
 def sdpa_equal_work(impl: str, seqlen_q: int, keys: int, num_qo_heads: int, num_kv_heads: int,
-                    device: str, n_sets: int):
+                    device: str, n_sets: int, batch: int = 1):
     """Dense non-causal attention of S queries against `keys` keys (2048 = topk 16 blocks), so
-    every query does the work of an MSA query. Returns (fns, dense_flops, note).
+    every query does the work of an MSA query; `batch` such sequences (decode: one per request).
+    Returns (fns, dense_flops, note).
 
     GQA through enable_gqa where the backend takes it; otherwise K/V are repeated to Hq heads
     before timing (the repeat is not timed).
     """
     sets = []
     for _ in range(n_sets):
-        q = randn((1, num_qo_heads, seqlen_q, HEAD_DIM), torch.bfloat16, device)
-        k = randn((1, num_kv_heads, keys, HEAD_DIM), torch.bfloat16, device)
-        v = randn((1, num_kv_heads, keys, HEAD_DIM), torch.bfloat16, device)
+        q = randn((batch, num_qo_heads, seqlen_q, HEAD_DIM), torch.bfloat16, device)
+        k = randn((batch, num_kv_heads, keys, HEAD_DIM), torch.bfloat16, device)
+        v = randn((batch, num_kv_heads, keys, HEAD_DIM), torch.bfloat16, device)
         sets.append((q, k, v))
     backends = [SDPA_BACKENDS[impl]] if device == "cuda" else [SDPBackend.MATH]
     note = "enable_gqa"
@@ -50,7 +51,7 @@ def sdpa_equal_work(impl: str, seqlen_q: int, keys: int, num_qo_heads: int, num_
         call(*sets[0], False)   # raises if the backend cannot run this shape at all
         gqa, note = False, "K/V repeated to Hq (no enable_gqa)"
     fns = [lambda s=s: call(*s, gqa) for s in sets]
-    return fns, 4 * HEAD_DIM * seqlen_q * num_qo_heads * keys, note
+    return fns, 4 * HEAD_DIM * batch * seqlen_q * num_qo_heads * keys, note
 
 
 _compiled_flex = None

@@ -7,6 +7,10 @@ Cases: batch 1 / 16 / 64 / 128 at KV 32768 with one query token, batch 64 at KV 
 8 query tokens per request, per-request KV lengths generated as the suite does) with its
 weighted figures.
 
+Baselines measured in the same run, on the issue-4 rows (GB/s over the same KV bytes): dense
+SDPA of equal work (cuDNN and flash backends; per (request, KV head) a contiguous K/V holding
+the row's KV bytes) and the gather-based PyTorch evaluation on the same paged inputs.
+
     python3 -m bench.decode --out out/bench [--quick] [--device cpu]
 """
 from __future__ import annotations
@@ -18,10 +22,14 @@ from dataclasses import dataclass
 import torch
 
 from . import common
+from .baselines import sdpa_equal_work
 from .common import HEAD_DIM, time_calls
+from .gather_attention import gather_attention
 from .selection import BLOCK, kv_bytes, select
 
 PAGE_BYTES_PER_HEAD = 2 * BLOCK * HEAD_DIM * 2   # K + V of one page of one KV head, bf16
+BASELINES = ("sdpa_cudnn", "sdpa_flash", "gather")
+GATHER_BUDGET_S = 5.0   # timed seconds the (slow) gather baseline may take per row
 
 
 @dataclass
@@ -146,9 +154,47 @@ def run_case(case, cache, heads, flashmsa, args, seed):
     rel = common.sampled_error(flashmsa, s["out"], dict(
         q=s["q"], k=cache.k, v=cache.v, q2k_indices=s["q2k"], cu_seqlens_q=cu_q, causal=True,
         page_table=s["table"], seqused_k=seqused))
-    return dict(time_us=t.seconds * 1e6, reps=t.reps, method=t.method, sets=n_sets,
-                kv_bytes=nbytes, GBps=nbytes / t.seconds / 1e9, check_rel_l2=rel,
-                note=common.check_note(rel))
+    row = dict(time_us=t.seconds * 1e6, reps=t.reps, method=t.method, sets=n_sets,
+               kv_bytes=nbytes, GBps=nbytes / t.seconds / 1e9, check_rel_l2=rel,
+               note=common.check_note(rel))
+    if case.suite == "issue4":
+        row.update(run_baselines(case, sets, cache, cu_q, seqused, heads, nbytes, args))
+    return row
+
+
+def run_baselines(case, sets, cache, cu_q, seqused, heads, nbytes, args):
+    """The same-run baselines of one row, each as `<impl>_GBps` (over its own K/V bytes for the
+    dense ones, which equal the row's to within one block per (request, KV head), and over the
+    row's KV bytes for gather); a baseline that cannot run leaves a note instead."""
+    device = args.device
+    hq, hkv, _ = heads
+    per_key = case.batch * hkv * HEAD_DIM * 2 * 2           # K + V bytes of one key, bf16
+    keys = max(BLOCK, round(nbytes / per_key / BLOCK) * BLOCK)
+    results, notes = {}, []
+    for impl in BASELINES:
+        try:
+            if impl == "gather":
+                fns = [lambda s=s: gather_attention(s["q"], cache.k, cache.v, s["q2k"], cu_q,
+                                                    causal=True, page_table=s["table"],
+                                                    seqused_k=seqused) for s in sets]
+                t = time_calls(fns, device, args.reps, args.warmup, graph=False,
+                               budget_s=GATHER_BUDGET_S)
+                results[f"{impl}_GBps"] = nbytes / t.seconds / 1e9
+            else:
+                dense_bytes = keys * per_key
+                n_sets = common.rotation_sets(dense_bytes, device)
+                fns, _, note = sdpa_equal_work(impl, case.qlen, keys, hq, hkv, device, n_sets,
+                                               batch=case.batch)
+                t = time_calls(fns, device, args.reps, args.warmup, graph=True)
+                results[f"{impl}_GBps"] = dense_bytes / t.seconds / 1e9
+                if note != "enable_gqa":
+                    notes.append(f"{impl}: {note}")
+        except Exception as e:  # noqa: BLE001 - a baseline that cannot run must not end the row
+            notes.append(f"{impl}: {type(e).__name__}: {e}"[:120])
+        common.free_memory(device)
+    if notes:
+        results["baseline_note"] = "; ".join(notes)
+    return results
 
 
 def meets(target: str, r: dict):
@@ -204,9 +250,11 @@ def main():
             r["note"] = f"error: {type(e).__name__}: {e}"[:300]
         r.update(target=case.target, meets=meets(case.target, r), vllm_triton=case.vllm)
         rows.append(r)
+        baselines = "".join(f" {impl} {r[f'{impl}_GBps']:.0f}" for impl in BASELINES
+                            if r.get(f"{impl}_GBps") is not None)
         print(f"  {case.name:26s} " + (f"{r['time_us']:9.2f} us {r['GBps']:8.0f} GB/s "
-              f"({r['pct_copy']:.0f}% of copy) {r['note']}" if "GBps" in r else r["note"]),
-              flush=True)
+              f"({r['pct_copy']:.0f}% of copy) {r['note']}" if "GBps" in r else r["note"]) +
+              (f" | baselines (GB/s):{baselines}" if baselines else ""), flush=True)
         common.free_memory(args.device)
         # After every case: a run stopped by its time limit still leaves what it measured.
         aggs = {s: a for s in ("full", "low-latency") if (a := weighted(rows, s))}
@@ -217,7 +265,11 @@ def main():
                               ("kv_mean", "kv mean", "{:.0f}"), ("time_us", "us", "{:.2f}"),
                               ("GBps", "GB/s", "{:.0f}"), ("pct_copy", "%copy", "{:.0f}"),
                               ("target", "target", "{}"), ("meets", "ok", "{}"),
-                              ("vllm_triton", "vLLM Triton", "{}"), ("note", "note", "{}")],
+                              ("vllm_triton", "vLLM Triton", "{}"),
+                              ("sdpa_cudnn_GBps", "cuDNN dense", "{:.0f}"),
+                              ("sdpa_flash_GBps", "flash dense", "{:.0f}"),
+                              ("gather_GBps", "gather", "{:.0f}"), ("note", "note", "{}"),
+                              ("baseline_note", "baselines", "{}")],
                        "decode: GB/s over KV bytes (contract section 10)")
     for s, a in aggs.items():
         print(f"decode suite {s}: weighted {a['GBps']:.0f} GB/s over KV bytes "
