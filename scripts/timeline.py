@@ -6,13 +6,15 @@
     FLASHMSA_LIBRARY=build-timeline/libflashmsa.so PYTHONPATH=python python3 scripts/timeline.py
 
 Each case runs eagerly four times (the last is the warm one); the kernel prints one `TL` line per
-instrumented CTA, which this script turns into a table of phase end times in microseconds.
+CTA, which this script summarises for the last call: each phase's end in microseconds from the
+CTA's entry (min / median / max over the CTAs that reached it), the spread of the CTAs' entries,
+and the slowest CTAs in full (`--all` prints every CTA).
 """
 import os
 import subprocess
 import sys
 
-CASES = ((1, 1), (16, 1), (64, 1), (32, 8))  # (batch, query tokens per request), KV 32768, M3 heads
+CASES = ((1, 1), (16, 1), (64, 1), (128, 1), (32, 8))  # (batch, query tokens per request), KV 32768, M3 heads
 CALLS = 4
 
 
@@ -29,17 +31,37 @@ def run_cases():
             torch.cuda.synchronize()
 
 
-def tabulate(lines):
-    case = None
+PHASES = ("waited", "located", "entries", "negatives", "candidates", "deduplicated", "compacted",
+          "planned", "q", "first_k", "scores", "softmax", "first_v", "last_k", "loop", "end")
+
+
+def parse(lines):
+    """{case: [per-CTA dict]} for the last call of each case; phases in us, 0 = not reached."""
+    cases, case = {}, None
     for line in lines:
         if line.startswith("==="):
             case = line[4:].strip()
         elif line.startswith("TL ") and case and case.endswith(f"call {CALLS - 1}"):
             fields = line.split()[1:]
-            values = dict(zip(fields[0::2], fields[1::2]))
-            cta = values.pop("cta")
-            phases = "  ".join(f"{name} {int(ns) / 1000:.1f}" for name, ns in values.items())
-            print(f"{case:18s} cta {cta:>3s}: {phases}")
+            row = {name: int(value) for name, value in zip(fields[0::2], fields[1::2])}
+            cases.setdefault(case, []).append(row)
+    return cases
+
+
+def summarise(case, rows, show_all=False):
+    first_entry = min(r["entry_abs"] for r in rows)
+    print(f"{case}: {len(rows)} CTAs, entries spread over "
+          f"{(max(r['entry_abs'] for r in rows) - first_entry) / 1000:.1f} us")
+    for phase in PHASES:
+        values = sorted(r[phase] / 1000 for r in rows if r.get(phase, 0) > 0)
+        if values:
+            print(f"  {phase:13s} min {values[0]:7.1f}  median {values[len(values) // 2]:7.1f}  "
+                  f"max {values[-1]:7.1f}  ({len(values)} CTAs)")
+    by_finish = sorted(rows, key=lambda r: r["entry_abs"] + r["end"], reverse=True)
+    for r in (rows if show_all else by_finish[:3]):
+        start = (r["entry_abs"] - first_entry) / 1000
+        phases = "  ".join(f"{p} {r[p] / 1000:.1f}" for p in PHASES if r.get(p, 0) > 0)
+        print(f"  cta {r['cta']:4d} entered at {start:5.1f}: {phases}")
 
 
 def main():
@@ -49,7 +71,8 @@ def main():
     # The kernel's printf output goes to the process's stdout: run the cases in a child.
     child = subprocess.run([sys.executable, __file__, "--run"], capture_output=True, text=True)
     sys.stderr.write(child.stderr[-2000:] if child.returncode else "")
-    tabulate(child.stdout.splitlines())
+    for case, rows in parse(child.stdout.splitlines()).items():
+        summarise(case, rows, show_all="--all" in sys.argv[1:])
     sys.exit(child.returncode)
 
 

@@ -1,19 +1,17 @@
 // Device timeline for diagnosis, compiled in only with -DFLASHMSA_TIMELINE=ON (CMake option; the
-// release kernels contain none of it). Thread 128 (the first consumer thread, which also takes
-// part in block-wide planning; warp planning's phases are marked by thread 0) of two CTAs,
-// blockIdx.x = 0 and FLASHMSA_TIMELINE_SECOND_CTA, stores %globaltimer at phase boundaries into a device array and prints the phases, in ns from
-// kernel entry, after its epilogue (`TL cta ...` lines; scripts/timeline.py tabulates them).
-// Stores, not printf, at the marks: a printf costs tens of microseconds and would be the timeline.
+// release kernels contain none of it). One thread of every CTA (thread 128, the first consumer
+// thread, which also takes part in block-wide planning; warp planning's phases are marked by
+// thread 0) stores %globaltimer at phase boundaries into a device array, and after its epilogue
+// prints its CTA's row: the entry time in absolute ns, then each phase in ns from entry, 0 for a
+// phase the CTA did not reach (`TL cta ...` lines; scripts/timeline.py summarises them over the
+// CTAs and lists the slowest). Stores, not printf, at the marks: a printf costs tens of
+// microseconds and would be the timeline.
 #pragma once
 
 #include <stdint.h>
 
 #ifdef FLASHMSA_TIMELINE
 #include <cstdio>
-
-#ifndef FLASHMSA_TIMELINE_SECOND_CTA
-#define FLASHMSA_TIMELINE_SECOND_CTA 40
-#endif
 
 namespace flashmsa::sm90 {
 
@@ -23,11 +21,13 @@ enum TimelineMark {
   kMarkLastK, kMarkLoopDone, kMarkFirstScores, kMarkFirstSoftmax, kNumMarks
 };
 
-__device__ uint64_t g_timeline[2][kNumMarks];
+// CTAs past this many are not recorded (the timeline cases have at most 512).
+constexpr int kTimelineCtas = 2048;
+__device__ uint64_t g_timeline[kTimelineCtas][kNumMarks];
 
 __device__ __forceinline__ int timeline_slot(int thread = 128) {
   if (threadIdx.x != thread) return -1;
-  return blockIdx.x == 0 ? 0 : blockIdx.x == FLASHMSA_TIMELINE_SECOND_CTA ? 1 : -1;
+  return blockIdx.x < kTimelineCtas ? static_cast<int>(blockIdx.x) : -1;
 }
 
 __device__ __forceinline__ uint64_t timeline_now() {
@@ -36,27 +36,31 @@ __device__ __forceinline__ uint64_t timeline_now() {
   return t;
 }
 
+// The entry mark clears the CTA's row (an earlier call's values would pass for this one's); the
+// marks by thread 0 come after the first block barrier, which orders them after the clearing.
 __device__ __forceinline__ void timeline_mark(TimelineMark mark, int thread = 128) {
   const int slot = timeline_slot(thread);
-  if (slot >= 0) g_timeline[slot][mark] = timeline_now();
+  if (slot < 0) return;
+  if (mark == kMarkEntry) {
+    for (int m = 0; m < kNumMarks; ++m) g_timeline[slot][m] = 0;
+  }
+  g_timeline[slot][mark] = timeline_now();
 }
 
 __device__ __forceinline__ void timeline_print() {
   const int slot = timeline_slot();
   if (slot < 0) return;
   const uint64_t* t = g_timeline[slot];
-  const uint64_t end = timeline_now();
-  printf("TL cta %d waited %llu located %llu entries %llu negatives %llu candidates %llu "
-         "deduplicated %llu compacted %llu planned %llu q %llu first_k %llu first_v %llu last_k %llu "
-         "loop %llu scores %llu softmax %llu end %llu\n",
-         blockIdx.x, t[kMarkWaited] - t[kMarkEntry], t[kMarkLocated] - t[kMarkEntry],
-         t[kMarkEntriesRead] - t[kMarkEntry], t[kMarkNegativesCut] - t[kMarkEntry],
-         t[kMarkCandidates] - t[kMarkEntry], t[kMarkSorted] - t[kMarkEntry],
-         t[kMarkCompacted] - t[kMarkEntry], t[kMarkPlanned] - t[kMarkEntry],
-         t[kMarkQueriesLoaded] - t[kMarkEntry], t[kMarkFirstK] - t[kMarkEntry],
-         t[kMarkFirstV] - t[kMarkEntry], t[kMarkLastK] - t[kMarkEntry],
-         t[kMarkLoopDone] - t[kMarkEntry], t[kMarkFirstScores] - t[kMarkEntry],
-         t[kMarkFirstSoftmax] - t[kMarkEntry], end - t[kMarkEntry]);
+  const uint64_t entry = t[kMarkEntry], end = timeline_now();
+  auto since = [&](TimelineMark mark) { return t[mark] == 0 ? 0ull : t[mark] - entry; };
+  printf("TL cta %d entry_abs %llu waited %llu located %llu entries %llu negatives %llu "
+         "candidates %llu deduplicated %llu compacted %llu planned %llu q %llu first_k %llu "
+         "scores %llu softmax %llu first_v %llu last_k %llu loop %llu end %llu\n",
+         blockIdx.x, entry, since(kMarkWaited), since(kMarkLocated), since(kMarkEntriesRead),
+         since(kMarkNegativesCut), since(kMarkCandidates), since(kMarkSorted),
+         since(kMarkCompacted), since(kMarkPlanned), since(kMarkQueriesLoaded),
+         since(kMarkFirstK), since(kMarkFirstScores), since(kMarkFirstSoftmax),
+         since(kMarkFirstV), since(kMarkLastK), since(kMarkLoopDone), end - entry);
 }
 
 }  // namespace flashmsa::sm90
