@@ -221,12 +221,15 @@ TileConfig tile_config(const flashmsa_args& args) {
   c.num_splits = std::min(c.num_splits, most_splits);
   // All of a decode call's clusters must be resident at once: a second wave pays planning and
   // a whole slice again (measured: batch 16 with clusters of 4 took 38 us, of 2 27.6 us).
-  if (decode_like && c.num_splits > 1) {
-    const uint32_t shared_bytes = smem_layout(args, c).bytes + sm90::kSharedMemoryAlignmentSlack;
-    while (c.num_splits > 1 &&
-           max_active_decode_clusters(args.device_index, shared_bytes, c.num_splits) < units) {
-      --c.num_splits;
-    }
+  auto clusters_resident = [&](const TileConfig& config) {
+    if (config.num_splits <= 1) return true;
+    const uint32_t shared_bytes =
+        smem_layout(args, config).bytes + sm90::kSharedMemoryAlignmentSlack;
+    return max_active_decode_clusters(args.device_index, shared_bytes, config.num_splits) >=
+           units;
+  };
+  if (decode_like) {
+    while (!clusters_resident(c)) --c.num_splits;
   }
   c.num_splits = tuning_override("FLASHMSA_TUNE_SPLITS", c.num_splits, 1, most_splits);
   // A decode grid that has no more CTAs than the machine has SMs runs one CTA per SM, which
@@ -234,15 +237,10 @@ TileConfig tile_config(const flashmsa_args& args) {
   // current one is computed, instead of waiting for its S and softmax. Measured (H200,
   // docs/performance.md): batch 1's loop ends 1.9 us sooner, but the call only gains once the
   // cluster's slowest split does too. The clusters must still all be resident.
-  const int64_t ctas = units * c.num_splits;
-  if (decode_like && ctas <= multiprocessor_count(args.device_index) &&
+  if (decode_like && units * c.num_splits <= multiprocessor_count(args.device_index) &&
       tuning_override("FLASHMSA_TUNE_DEEP_PIPELINE", 1, 0, 1) != 0) {
     c.ctas_per_sm = 1;
-    const uint32_t shared_bytes = smem_layout(args, c).bytes + sm90::kSharedMemoryAlignmentSlack;
-    if (c.num_splits > 1 &&
-        max_active_decode_clusters(args.device_index, shared_bytes, c.num_splits) < units) {
-      c.ctas_per_sm = 2;
-    }
+    if (!clusters_resident(c)) c.ctas_per_sm = 2;
   }
   c.cluster_reduce = decode_like && c.num_splits > 1;
   c.tiles_outer = tuning_override("FLASHMSA_TUNE_TILES_OUTER", decode_like, 0, 1) != 0;
