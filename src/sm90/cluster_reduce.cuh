@@ -35,14 +35,15 @@ __device__ __forceinline__ float* partial_lse_t_rows(const Smem& smem) {
 static_assert(kRowsPerWarpgroup * kHeadDim * sizeof(float) <= kKvTileBytes,
               "the partial output of a warpgroup must fit in one K stage");
 
-// A consumer thread's two accumulator rows (row_in_warpgroup[h]), scaled by scale[h], and
-// their LSEs. Stage 0 may still be receiving a speculative load that the plan did not use
-// (producer.cuh): it is waited for first.
+// A consumer thread's two accumulator rows (row_in_warpgroup[h], those with a query row behind
+// them), scaled by scale[h], and their LSEs. Stage 0 may still be receiving a speculative load
+// that the plan did not use (producer.cuh): it is waited for first.
 template <bool kTemperatureLse>
 __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumulator& o,
                                                 const int (&row_in_warpgroup)[2],
-                                                const bool (&valid)[2], const float (&scale)[2],
-                                                const float (&lse)[2], const float (&lse_t)[2]) {
+                                                const RowSource (&rows)[2],
+                                                const float (&scale)[2], const float (&lse)[2],
+                                                const float (&lse_t)[2]) {
   SmemHeader& header = smem.header();
   if (header.speculative_issued) {
     mbarrier_wait(&header.speculative_k_full, 0);
@@ -50,7 +51,7 @@ __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumula
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (!valid[h]) continue;
+    if (!rows[h].valid) continue;
     const int row = row_in_warpgroup[h];
     store_partial_row<kTemperatureLse>(partial_out_rows(smem) + row * kHeadDim,
                                        &partial_lse_rows(smem)[row],

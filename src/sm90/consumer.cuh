@@ -153,11 +153,14 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
   const bool share_rows = warpgroups_share_rows<kConsumers>(p, plan.num_tokens);
   const int row_group = share_rows ? 0 : warpgroup;
 
+  // The two accumulator rows this thread holds (mma.cuh), and where they come from.
+  int row_in_warpgroup[2];
   RowSource rows[2];
   int key_limit[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    rows[h] = row_source(p, plan, row_group, head_chunk, (thread / 32) * 16 + lane / 4 + 8 * h);
+    row_in_warpgroup[h] = (thread / 32) * 16 + lane / 4 + 8 * h;
+    rows[h] = row_source(p, plan, row_group, head_chunk, row_in_warpgroup[h]);
     key_limit[h] = rows[h].valid ? smem.token_key_limit()[rows[h].tile_token] : 0;
   }
   // Tile tokens this warpgroup owns, as a bit set over the planning masks' words.
@@ -244,19 +247,12 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
   if (share_rows) {
     if (!combine_warpgroups(smem, warpgroup, softmax, o, p.lse_temperature)) return;
   }
-  float lse[2], lse_t[2], sum[2];
+  float lse[2], lse_t[2], sum[2], scale[2];
   softmax.finish(lse, lse_t, sum, p.lse_temperature);
-  if (kConsumers == 1 && p.cluster_reduce) {
-    int row_in_warpgroup[2];
-    bool valid[2];
-    float scale[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_in_warpgroup[h] = (thread / 32) * 16 + lane / 4 + 8 * h;
-      valid[h] = rows[h].valid;
-      scale[h] = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
-    }
-    publish_partial<kTemperatureLse>(smem, o, row_in_warpgroup, valid, scale, lse, lse_t);
+  for (int h = 0; h < 2; ++h) scale[h] = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
+  if (kConsumers == 1 && p.cluster_reduce) {
+    publish_partial<kTemperatureLse>(smem, o, row_in_warpgroup, rows, scale, lse, lse_t);
     reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
     FLASHMSA_TIMELINE_PRINT();
     return;
@@ -266,13 +262,12 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     if (!rows[h].valid) continue;
     const int64_t token = plan.first_row + rows[h].tile_token;
     const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + rows[h].head;
-    const float scale = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
     if (p.num_splits > 1) {
       const int64_t partial_row = (plan.split * p.total_q + token) * p.num_qo_heads + head;
       store_partial_row<kTemperatureLse>(p.partial_out + partial_row * kHeadDim,
                                          p.partial_lse + partial_row,
                                          kTemperatureLse ? p.partial_lse_t + partial_row : nullptr,
-                                         o, h, scale, lse[h], lse_t[h]);
+                                         o, h, scale[h], lse[h], lse_t[h]);
       continue;
     }
     Element* out =
@@ -280,7 +275,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       *reinterpret_cast<uint32_t*>(out + 8 * j) =
-          MmaAtoms<Element>::pack(o[4 * j + 2 * h] * scale, o[4 * j + 2 * h + 1] * scale);
+          MmaAtoms<Element>::pack(o[4 * j + 2 * h] * scale[h], o[4 * j + 2 * h + 1] * scale[h]);
     }
     if (lane % 4 == 0) {
       if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = lse[h];

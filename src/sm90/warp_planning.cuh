@@ -37,6 +37,7 @@ __device__ __forceinline__ bool plans_in_one_warp(const PrefillParams& p) {
 // e % topk); -1 past the list. A one-token decode tile (topk <= 32) is then one register per
 // lane, and each planning rule is a few warp-wide instructions (ballot, match) on it.
 constexpr int kEntryRounds = kWarpPlanMaxEntries / 32;
+static_assert(kEntryRounds == 4, "the initialisers and the register select below assume 4 rounds");
 
 struct WarpEntries {
   int32_t block[kEntryRounds];
@@ -231,7 +232,6 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
     if (r >= rounds) break;
     const int e = 32 * r + lane;
     const int32_t block = entries.block[r];
-    coord[r] = -1;
     if (e < num_entries && e % topk < first_negative[token[r]] &&
         block_selects_keys(block, limits[token[r]], p.is_paged, p.max_pages)) {
       coord[r] = static_cast<int32_t>(block_coordinate(p, smem, header, block, page_row_length));
@@ -242,9 +242,7 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
   // Rule 3: an entry is the union's if no earlier entry holds the same block; first_entry is
   // the earliest entry holding it. Earlier rounds are walked lane by lane (only tiles of more
   // than 32 entries have them), then one match finds the earliest lane of the same round.
-  int first_entry[kEntryRounds];
-#pragma unroll
-  for (int r = 0; r < kEntryRounds; ++r) first_entry[r] = -1;
+  int first_entry[kEntryRounds] = {-1, -1, -1, -1};
 #pragma unroll
   for (int earlier = 0; earlier < kEntryRounds - 1; ++earlier) {
     if (earlier + 1 >= rounds) break;
@@ -259,11 +257,10 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
       }
     }
   }
-  bool is_first[kEntryRounds];
+  bool is_first[kEntryRounds] = {};
 #pragma unroll
   for (int r = 0; r < kEntryRounds; ++r) {
-    is_first[r] = false;
-    if (r >= rounds) continue;
+    if (r >= rounds) break;
     const uint32_t same = __match_any_sync(0xffffffffu, entries.block[r]);
     if (first_entry[r] < 0) first_entry[r] = 32 * r + __ffs(same) - 1;
     is_first[r] = entries.block[r] >= 0 && first_entry[r] == 32 * r + lane;
