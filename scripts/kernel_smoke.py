@@ -118,11 +118,12 @@ def decode_tuning_sweep():
     (FLASHMSA_TUNE_SPLITS: KV splits; FLASHMSA_TUNE_TILES_OUTER: grid order;
     FLASHMSA_TUNE_EVICT_FIRST: L2 policy of the K/V loads; FLASHMSA_TUNE_SPECULATE: the
     speculative first block; FLASHMSA_TUNE_DEEP_PIPELINE: one CTA per SM with two stages for
-    grids that fit), read by the library on every call. The settings swept are the
+    grids that fit; FLASHMSA_TUNE_STAGES: the decode kernel's most stages), read by the library on every call. The settings swept are the
     open questions; docs/performance.md records the earlier sweeps."""
     cases = ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768), (64, 1, 131072),
              (32, 8, 32768))
-    settings = [("FLASHMSA_TUNE_SPECULATE", "0"), ("FLASHMSA_TUNE_DEEP_PIPELINE", "0")]
+    settings = [("FLASHMSA_TUNE_STAGES", "2"), ("FLASHMSA_TUNE_SPLITS", "1"),
+                ("FLASHMSA_TUNE_SPLITS", "4"), ("FLASHMSA_TUNE_DEEP_PIPELINE", "0")]
     settings += [("default", "")]  # again: the first case timed in a process runs slow
     for batch, tokens, kv_len in cases:
         args = decode_case(batch, tokens, kv_len)

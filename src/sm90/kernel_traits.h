@@ -14,10 +14,12 @@ constexpr int kRowsPerWarpgroup = 64;  // wgmma M
 constexpr int kMaxConsumerWarpgroups = 2;
 constexpr int kMaxThreads = 128 * (1 + kMaxConsumerWarpgroups);  // warpgroup 0 produces
 // K and V have separate rings of stages: K of a block is released as soon as S = Q K^T is done,
-// V after P V. SmemLayout gives a launch as many stages as fit, up to kMaxStages. Measured on
-// the H200 (docs/performance.md): a third stage made MiniMax-M3 prefill 5% slower and left
-// decode unchanged, so two it is; the layout keeps the choice a one-line change.
-constexpr int kMaxStages = 2;
+// V after P V. SmemLayout gives a launch as many stages as fit, up to kMaxStages, and prefill up
+// to kPrefillMaxStages: measured on the H200 (docs/performance.md), a third stage made
+// MiniMax-M3 prefill 5% slower. Decode grids of one CTA per SM take three (the shared memory
+// of a one-consumer CTA fits them): more of a CTA's few blocks in flight at once.
+constexpr int kMaxStages = 4;
+constexpr int kPrefillMaxStages = 2;
 // Candidates (tokens x topk) one tile plans over; tiles are sized so that they never exceed it.
 constexpr int kMaxCandidates = 2048;
 constexpr int kMaxTileTokens = 128;
