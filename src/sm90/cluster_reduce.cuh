@@ -84,15 +84,22 @@ __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& s
     const float weight = lse == -INFINITY ? 0.f : __expf(lse_part[0] - lse);
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
     if (lse != -INFINITY) {
+      // Every split's values are requested before the first is used: one distributed-shared-
+      // memory latency per row instead of one per split.
       const float* mine = partial_out_rows(smem) + row * kHeadDim + 4 * lane;
-#pragma unroll 1
-      for (int s = 0; s < splits; ++s) {
+      float4 value[kMaxClusterSplits];
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (s < splits) value[s] = load_cluster_shared4(cluster_shared_address(mine, s));
+      }
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
         const float w = __shfl_sync(0xffffffffu, weight, s);
-        const float4 value = load_cluster_shared4(cluster_shared_address(mine, s));
-        sum.x += w * value.x;
-        sum.y += w * value.y;
-        sum.z += w * value.z;
-        sum.w += w * value.w;
+        if (s >= splits) continue;
+        sum.x += w * value[s].x;
+        sum.y += w * value[s].y;
+        sum.z += w * value[s].z;
+        sum.w += w * value[s].w;
       }
     }
     const int64_t token = plan.first_row + source.tile_token;

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
 #include <utility>
 
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -104,6 +105,52 @@ __device__ __forceinline__ void issue_values(const uint32_t (&p)[32], uint32_t v
         std::make_index_sequence<64>{});
   }
   cute::warpgroup_commit_batch();
+}
+
+// Warp-level products for the one-token decode consumer (decode_consumer.cuh): its 16 rows are
+// one mma.sync m16n8k16 row tile, so each warp takes a quarter of a block's keys instead of the
+// warpgroup computing 64 rows of which 48 would be empty.
+// D (16 x 8, fp32) += A (16 x 16, row) B (16 x 8, col); fragments as the PTX ISA lays them out.
+template <typename Element>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Four 8x8 16-bit matrices from shared memory; lane l gives the address of row l % 8 of matrix
+// l / 8. The memory clobber keeps them after the stores that zeroed V rows (decode_consumer.cuh).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_transposed(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address)
+               : "memory");
+}
+
+// Address of 16-byte chunk `chunk` (head dims 8 * chunk .. 8 * chunk + 7) of row `row` in a
+// two-panel tile written by 128B-swizzled TMA boxes (or in that layout by load_queries): chunk
+// c % 8 of a 128-byte panel row sits at position (c % 8) ^ (row % 8).
+__device__ __forceinline__ uint32_t swizzled_chunk(uint32_t tile, int row, int chunk,
+                                                   uint32_t panel_bytes) {
+  return tile + (chunk / 8) * panel_bytes + row * 128 + (((chunk % 8) ^ (row % 8)) * 16);
 }
 
 }  // namespace flashmsa::sm90

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "sm90/consumer.cuh"
+#include "sm90/decode_consumer.cuh"
 #include "sm90/kernel_traits.h"
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
@@ -106,8 +107,13 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     if (threadIdx.x == 0) produce(params, smem, plan, work.kv_head, speculative);
   } else {
     registers_increase<Roles::kConsumerRegisters>();
-    consume<Element, kTemperatureLse, kConsumers>(params, smem, plan, work.kv_head,
+    if (kConsumers == 1 && runs_one_token_consumer(params, plan)) {
+      consume_one_token<Element, kTemperatureLse>(params, smem, plan, work.kv_head,
                                                   work.head_chunk);
+    } else {
+      consume<Element, kTemperatureLse, kConsumers>(params, smem, plan, work.kv_head,
+                                                    work.head_chunk);
+    }
   }
 }
 

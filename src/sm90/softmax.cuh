@@ -50,19 +50,22 @@ struct OnlineSoftmax {
   }
 
   // Scales s, masks columns >= visible[h] of row h to -inf and turns s into probabilities
-  // packed in 16-bit for the P.V wgmma. Returns in `correction` the factor by which O must be
+  // packed in 16-bit for the P.V product. Returns in `correction` the factor by which O must be
   // rescaled for the change of the running max; the caller applies it (rescale) once no P.V
-  // wgmma that accumulates into O is in flight.
-  template <typename Element>
-  __device__ __forceinline__ void update(Accumulator& s, const int (&visible)[2], float scale_log2,
-                                         float temperature, uint32_t (&p)[32],
-                                         float (&correction)[2]) {
+  // wgmma that accumulates into O is in flight. kScores: 64 for a wgmma tile of 128 keys, 16
+  // for a warp's 32 keys of the one-token decode consumer (decode_consumer.cuh); both lay
+  // element 4 * j + 2 * h + c at row h, column 8 * j + 2 * (lane % 4) + c.
+  template <typename Element, int kScores>
+  __device__ __forceinline__ void update(float (&s)[kScores], const int (&visible)[2],
+                                         float scale_log2, float temperature,
+                                         uint32_t (&p)[kScores / 2], float (&correction)[2]) {
+    constexpr int kTiles = kScores / 4;  // n-tiles of 8 columns
     const int column_base = 2 * (threadIdx.x % 4);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float block_max = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           float& x = s[4 * j + 2 * h + c];
@@ -75,7 +78,7 @@ struct OnlineSoftmax {
       correction[h] = exp2_flush(row_max[h] - offset);
       float sum = 0.f, sum_t = 0.f;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           float& x = s[4 * j + 2 * h + c];
@@ -91,7 +94,7 @@ struct OnlineSoftmax {
       row_max[h] = new_max;
     }
 #pragma unroll
-    for (int i = 0; i < 32; ++i) p[i] = MmaAtoms<Element>::pack(s[2 * i], s[2 * i + 1]);
+    for (int i = 0; i < kScores / 2; ++i) p[i] = MmaAtoms<Element>::pack(s[2 * i], s[2 * i + 1]);
   }
 
   __device__ __forceinline__ static void rescale(Accumulator& o, const float (&correction)[2]) {
