@@ -32,7 +32,7 @@ def run_cases():
 
 
 PHASES = ("waited", "located", "entries", "negatives", "candidates", "deduplicated", "compacted",
-          "planned", "q", "first_k", "scores", "softmax", "first_v", "last_k", "loop", "end")
+          "planned", "q", "first_k", "scores", "softmax", "first_v", "last_k", "loop", "published", "joined", "reduced", "end")
 
 
 def parse(lines):

@@ -17,6 +17,7 @@
 #include "sm90/planning.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/split_combine.cuh"
+#include "sm90/timeline.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -65,6 +66,7 @@ template <typename Element, bool kTemperatureLse>
 __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& smem,
                                            const TilePlan& plan, int kv_head, int head_chunk) {
   cluster_barrier_sync();  // every split's partial is in its shared memory
+  FLASHMSA_MARK(kMarkClusterJoined);
   const int splits = p.num_splits, rank = plan.split;
   const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
 #pragma unroll 1
@@ -111,6 +113,7 @@ __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& s
       if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = lse_t;
     }
   }
+  FLASHMSA_MARK(kMarkReduced);
   cluster_barrier_sync();  // no CTA leaves while another still reads its shared memory
 }
 

@@ -102,6 +102,15 @@ __device__ __forceinline__ void zero_warp_value_tail(uint8_t* v_tile, int first_
   __syncwarp();
 }
 
+// ldmatrix reads the stage through the generic proxy and the producer's next TMA writes it
+// through the async proxy: the proxy fence orders this thread's reads before that write (the
+// barrier alone does not; without it a graph replay differed from the eager call in 16 x 16
+// output values of one tile, the footprint of one transposed V fragment read late).
+__device__ __forceinline__ void release_stage(uint64_t* empty) {
+  fence_proxy_async_shared();
+  mbarrier_arrive(empty);
+}
+
 // The four warps' normalised partials (fp32 rows, in the first K stage) and their LSEs (in the
 // first V stage, after the cluster partial's LSEs).
 __device__ __forceinline__ float* warp_partial_rows(const Smem& smem, int warp) {
@@ -148,7 +157,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
     float s[4 * kWarpScoreTiles];
     warp_scores<Element>(smem_address(smem.q(0)), smem_address(smem.k(stage)), first_key, s);
-    mbarrier_arrive(&header.k_empty[stage]);
+    release_stage(&header.k_empty[stage]);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstScores);
 
     const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
@@ -169,7 +178,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
       zero_warp_value_tail(smem.v(stage), plan.seqlen_k - block_first_key, first_key);
     }
     warp_values<Element>(probabilities, smem_address(smem.v(stage)), first_key, o);
-    mbarrier_arrive(&header.v_empty[stage]);
+    release_stage(&header.v_empty[stage]);
   }
   FLASHMSA_MARK(kMarkLoopDone);
 
@@ -193,6 +202,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
                                        lse_t[h]);
   }
   named_barrier_sync(kConsumerBarrier, 128);
+  FLASHMSA_MARK(kMarkPublished);
 
   // Merge the four warps: thread t combines row t / 8, columns 16 * (t % 8) .. + 15.
   const int row = thread / 8, column = 16 * (thread % 8);

@@ -18,7 +18,8 @@ namespace flashmsa::sm90 {
 enum TimelineMark {
   kMarkEntry, kMarkWaited, kMarkLocated, kMarkEntriesRead, kMarkNegativesCut, kMarkCandidates,
   kMarkSorted, kMarkCompacted, kMarkPlanned, kMarkQueriesLoaded, kMarkFirstK, kMarkFirstV,
-  kMarkLastK, kMarkLoopDone, kMarkFirstScores, kMarkFirstSoftmax, kNumMarks
+  kMarkLastK, kMarkLoopDone, kMarkFirstScores, kMarkFirstSoftmax, kMarkPublished,
+  kMarkClusterJoined, kMarkReduced, kNumMarks
 };
 
 // CTAs past this many are not recorded (the timeline cases have at most 512).
@@ -55,12 +56,14 @@ __device__ __forceinline__ void timeline_print() {
   auto since = [&](TimelineMark mark) { return t[mark] == 0 ? 0ull : t[mark] - entry; };
   printf("TL cta %d entry_abs %llu waited %llu located %llu entries %llu negatives %llu "
          "candidates %llu deduplicated %llu compacted %llu planned %llu q %llu first_k %llu "
-         "scores %llu softmax %llu first_v %llu last_k %llu loop %llu end %llu\n",
+         "scores %llu softmax %llu first_v %llu last_k %llu loop %llu published %llu joined %llu "
+         "reduced %llu end %llu\n",
          blockIdx.x, entry, since(kMarkWaited), since(kMarkLocated), since(kMarkEntriesRead),
          since(kMarkNegativesCut), since(kMarkCandidates), since(kMarkSorted),
          since(kMarkCompacted), since(kMarkPlanned), since(kMarkQueriesLoaded),
          since(kMarkFirstK), since(kMarkFirstScores), since(kMarkFirstSoftmax),
-         since(kMarkFirstV), since(kMarkLastK), since(kMarkLoopDone), end - entry);
+         since(kMarkFirstV), since(kMarkLastK), since(kMarkLoopDone), since(kMarkPublished),
+         since(kMarkClusterJoined), since(kMarkReduced), end - entry);
 }
 
 }  // namespace flashmsa::sm90
