@@ -231,6 +231,15 @@ TileConfig tile_config(const flashmsa_args& args) {
   };
   if (decode_like) {
     while (!clusters_resident(c)) --c.num_splits;
+    // Where at least two splits per unit still fit one CTA per SM, take the most that do: each
+    // CTA then gets the whole SM and a deep pipeline (below). Measured (H200, one-token decode
+    // consumer, docs/performance.md): batch 16 with 2 splits (128 CTAs) 25.7 us against 27.8 us
+    // with 3 (192 CTAs, two per SM, one stage each).
+    const int64_t splits_one_cta_per_sm =
+        units > 0 ? multiprocessor_count(args.device_index) / units : 0;
+    if (splits_one_cta_per_sm >= 2) {
+      c.num_splits = static_cast<int32_t>(std::min<int64_t>(c.num_splits, splits_one_cta_per_sm));
+    }
   }
   c.num_splits = tuning_override("FLASHMSA_TUNE_SPLITS", c.num_splits, 1, most_splits);
   // A decode grid that has no more CTAs than the machine has SMs runs one CTA per SM, which
