@@ -231,13 +231,14 @@ TileConfig tile_config(const flashmsa_args& args) {
   };
   if (decode_like) {
     while (!clusters_resident(c)) --c.num_splits;
-    // Where at least two splits per unit still fit one CTA per SM, take the most that do: each
-    // CTA then gets the whole SM and a deep pipeline (below). Measured (H200, one-token decode
-    // consumer, docs/performance.md): batch 16 with 2 splits (128 CTAs) 25.7 us against 27.8 us
-    // with 3 (192 CTAs, two per SM, one stage each).
+    // Where the units fit one CTA per SM, take the most splits that still do: each CTA then
+    // gets the whole SM and a deep pipeline (below), which beats more CTAs at two per SM with
+    // one stage each. Measured (H200, one-token decode consumer, docs/performance.md): batch 8
+    // 4 splits 17.4 us (8: 25.7), batch 16 2 splits 25.3 us (3: 27.8), batch 32 1 split 39.4 us
+    // (2: 42.3).
     const int64_t splits_one_cta_per_sm =
         units > 0 ? multiprocessor_count(args.device_index) / units : 0;
-    if (splits_one_cta_per_sm >= 2) {
+    if (splits_one_cta_per_sm >= 1) {
       c.num_splits = static_cast<int32_t>(std::min<int64_t>(c.num_splits, splits_one_cta_per_sm));
     }
   }
