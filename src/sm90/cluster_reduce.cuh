@@ -15,6 +15,7 @@
 #include "sm90/mma.cuh"
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
+#include "sm90/producer.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/split_combine.cuh"
 #include "sm90/timeline.cuh"
@@ -38,18 +39,14 @@ static_assert(kRowsPerWarpgroup * kHeadDim * sizeof(float) <= kKvTileBytes,
 
 // A consumer thread's two accumulator rows (row_in_warpgroup[h], those with a query row behind
 // them), scaled by scale[h], and their LSEs. Stage 0 may still be receiving a speculative load
-// that the plan did not use (producer.cuh): it is waited for first.
+// that the plan did not use: it is waited for first (wait_for_speculative_load).
 template <bool kTemperatureLse>
 __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumulator& o,
                                                 const int (&row_in_warpgroup)[2],
                                                 const RowSource (&rows)[2],
                                                 const float (&scale)[2], const float (&lse)[2],
                                                 const float (&lse_t)[2]) {
-  SmemHeader& header = smem.header();
-  if (header.speculative_issued) {
-    mbarrier_wait(&header.speculative_k_full, 0);
-    mbarrier_wait(&header.speculative_v_full, 0);
-  }
+  wait_for_speculative_load(smem);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (!rows[h].valid) continue;

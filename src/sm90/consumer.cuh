@@ -56,19 +56,24 @@ __device__ __forceinline__ void load_queries(const PrefillParams& p, const TileP
   named_barrier_sync(1 + warpgroup, 128);
 }
 
+// Rows [begin, end) of a stage's two panels become zero, 16 bytes per store, shared by `workers`
+// threads (this one is `worker`). Whole rows, so the swizzle does not matter.
+__device__ __forceinline__ void zero_value_rows(uint8_t* v_stage, int begin, int end, int worker,
+                                                int workers) {
+  for (int c = worker; c < (end - begin) * 16; c += workers) {
+    const int row = begin + c / 16, chunk = c % 16;
+    *reinterpret_cast<uint4*>(v_stage + (chunk / 8) * kKvPanelBytes + row * 128 +
+                              (chunk % 8) * 16) = make_uint4(0, 0, 0, 0);
+  }
+}
+
 // Keys past the request's end in its last block may be anything (another request's keys, an
 // unwritten page slot holding NaN). Their scores are masked to -inf, so P is 0 there, but
 // 0 * NaN is NaN: zero those V rows. Both warpgroups may do it on the same stage; they write
 // the same zeros, so the overlap is harmless.
 __device__ __forceinline__ void zero_value_tail(uint8_t* v_stage, int first_invalid_key,
                                                 int warpgroup) {
-  const int thread = threadIdx.x % 128;
-  const int rows = kBlockKeys - first_invalid_key;
-  for (int c = thread; c < rows * 16; c += 128) {
-    const int row = first_invalid_key + c / 16, chunk = c % 16;
-    *reinterpret_cast<uint4*>(v_stage + (chunk / 8) * kKvPanelBytes + row * 128 +
-                              (chunk % 8) * 16) = make_uint4(0, 0, 0, 0);
-  }
+  zero_value_rows(v_stage, first_invalid_key, kBlockKeys, threadIdx.x % 128, 128);
   fence_proxy_async_shared();
   named_barrier_sync(1 + warpgroup, 128);
 }
@@ -187,8 +192,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
   // with two stages, holding V a step longer starves the producer; docs/performance.md.)
   const int num_stages = p.smem_layout.num_stages;
   for (int u = plan.slice_begin; u < plan.slice_end; ++u) {
-    const int stage = (u - plan.slice_begin) % num_stages;
-    const uint32_t phase = ((u - plan.slice_begin) / num_stages) & 1;
+    const auto [stage, phase] = ring_slot(u - plan.slice_begin, num_stages);
     const uint32_t* selected_by = smem.token_mask(u);
     bool needed = false;
 #pragma unroll

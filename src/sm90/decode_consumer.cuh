@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "sm90/cluster_reduce.cuh"
+#include "sm90/consumer.cuh"
 #include "sm90/kernel_traits.h"
 #include "sm90/mma.cuh"
 #include "sm90/params.h"
@@ -87,17 +88,12 @@ __device__ __forceinline__ void warp_values(const uint32_t (&p)[2 * kWarpScoreTi
 }
 
 // V rows of this warp's keys at or past `first_invalid_key` (past the request's end: may hold
-// anything, NaN included, and 0 * NaN is NaN) become zero. Whole rows, so the swizzle does not
-// matter; the fence orders the stores before the next TMA write into the stage.
+// anything, NaN included, and 0 * NaN is NaN) become zero, as zero_value_tail does for a
+// warpgroup; the fence orders the stores before the next TMA write into the stage.
 __device__ __forceinline__ void zero_warp_value_tail(uint8_t* v_tile, int first_invalid_key,
                                                      int first_key) {
-  const int lane = threadIdx.x % 32;
-  const int begin = max(first_invalid_key, first_key);
-  for (int c = lane; c < (first_key + kKeysPerWarp - begin) * 16; c += 32) {
-    const int row = begin + c / 16, chunk = c % 16;
-    *reinterpret_cast<uint4*>(v_tile + (chunk / 8) * kKvPanelBytes + row * 128 +
-                              (chunk % 8) * 16) = make_uint4(0, 0, 0, 0);
-  }
+  zero_value_rows(v_tile, max(first_invalid_key, first_key), first_key + kKeysPerWarp,
+                  threadIdx.x % 32, 32);
   fence_proxy_async_shared();
   __syncwarp();
 }
@@ -150,8 +146,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
 
   const int num_stages = p.smem_layout.num_stages;
   for (int u = plan.slice_begin; u < plan.slice_end; ++u) {
-    const int stage = (u - plan.slice_begin) % num_stages;
-    const uint32_t phase = ((u - plan.slice_begin) / num_stages) & 1;
+    const auto [stage, phase] = ring_slot(u - plan.slice_begin, num_stages);
     mbarrier_wait(&header.k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
@@ -186,10 +181,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   // speculative load the plan did not use may still be landing there: wait for it).
   float lse[2], lse_t[2], sum[2];
   softmax.finish(lse, lse_t, sum, p.lse_temperature);
-  if (header.speculative_issued) {
-    mbarrier_wait(&header.speculative_k_full, 0);
-    mbarrier_wait(&header.speculative_v_full, 0);
-  }
+  wait_for_speculative_load(smem);
   constexpr uint32_t kConsumerBarrier = 1;  // the warpgroup's own (load_queries uses it too)
   named_barrier_sync(kConsumerBarrier, 128);  // every warp is done with the stages
 #pragma unroll

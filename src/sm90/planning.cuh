@@ -70,6 +70,18 @@ __device__ __forceinline__ TilePlan tile_plan(const SmemHeader& header, int32_t 
                   split};
 }
 
+// Step i of a CTA's slice uses stage i % num_stages of the K and V rings, in phase
+// (i / num_stages) & 1 of that stage's barriers (the producer waits for the opposite phase of
+// the empty barriers).
+struct RingSlot {
+  int stage;
+  uint32_t phase;
+};
+
+__device__ __forceinline__ RingSlot ring_slot(int step, int num_stages) {
+  return RingSlot{step % num_stages, static_cast<uint32_t>((step / num_stages) & 1)};
+}
+
 // Where one of the warpgroup's 64 rows comes from.
 struct RowSource {
   int tile_token;  // token index within the tile

@@ -56,6 +56,16 @@ __device__ __forceinline__ void issue_speculative_load(const PrefillParams& p, c
   load_operand(p, &p.tma_v, &header.speculative_v_full, smem.v(0), load.coord, kv_head);
 }
 
+// Before the consumers reuse stage 0 as scratch at the end: a speculative load that the plan did
+// not use may still be landing there.
+__device__ __forceinline__ void wait_for_speculative_load(const Smem& smem) {
+  SmemHeader& header = smem.header();
+  if (header.speculative_issued) {
+    mbarrier_wait(&header.speculative_k_full, 0);
+    mbarrier_wait(&header.speculative_v_full, 0);
+  }
+}
+
 // K(i), then V(i), for each block of the slice, in union order: K(i) waits for the consumers to
 // finish S of block i - num_stages, V(i) for P V of that block, so each ring's stage is free in
 // the order the loads need it, and with one stage per ring (the decode kernel) K and V of the
@@ -67,12 +77,13 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
                                int kv_head, const SpeculativeLoad& speculative) {
   const int num_stages = p.smem_layout.num_stages;
   SmemHeader& header = smem.header();
-  // Step i of the slice loads union entry slice_begin + i into stage i % num_stages.
+  // Step i of the slice loads union entry slice_begin + i into its ring slot (planning.cuh).
   auto load = [&](bool value, int i, int32_t coord) {
-    const int stage = i % num_stages;
+    const RingSlot slot = ring_slot(i, num_stages);
+    const int stage = slot.stage;
     uint64_t* full = value ? &header.v_full[stage] : &header.k_full[stage];
     uint64_t* empty = value ? &header.v_empty[stage] : &header.k_empty[stage];
-    mbarrier_wait(empty, ((i / num_stages) & 1) ^ 1);
+    mbarrier_wait(empty, slot.phase ^ 1);
     load_operand(p, value ? &p.tma_v : &p.tma_k, full, value ? smem.v(stage) : smem.k(stage),
                  coord, kv_head);
   };
