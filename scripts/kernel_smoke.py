@@ -113,7 +113,7 @@ def decode_kernel_times():
                       flush=True)
 
 
-def decode_tuning_sweep():
+def decode_tuning_sweep(settings=None):
     """Graph-replay times of the M3 decode cases under the launch overrides of launch.cu
     (FLASHMSA_TUNE_SPLITS: KV splits; FLASHMSA_TUNE_TILES_OUTER: grid order;
     FLASHMSA_TUNE_EVICT_FIRST: L2 policy of the K/V loads; FLASHMSA_TUNE_SPECULATE: the
@@ -122,8 +122,9 @@ def decode_tuning_sweep():
     open questions; docs/performance.md records the earlier sweeps."""
     cases = ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768), (64, 1, 131072),
              (32, 8, 32768))
-    settings = [("FLASHMSA_TUNE_STAGES", "2"), ("FLASHMSA_TUNE_SPLITS", "1"),
-                ("FLASHMSA_TUNE_SPLITS", "4"), ("FLASHMSA_TUNE_DEEP_PIPELINE", "0")]
+    settings = list(settings or [("FLASHMSA_TUNE_STAGES", "2"), ("FLASHMSA_TUNE_SPLITS", "1"),
+                                 ("FLASHMSA_TUNE_SPLITS", "4"),
+                                 ("FLASHMSA_TUNE_DEEP_PIPELINE", "0")])
     settings += [("default", "")]  # again: the first case timed in a process runs slow
     for batch, tokens, kv_len in cases:
         args = decode_case(batch, tokens, kv_len)
@@ -196,8 +197,13 @@ def main():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--sweep"]:
         decode_topk_sweep()
-    elif sys.argv[1:] == ["--tune"]:
-        decode_tuning_sweep()
+    elif sys.argv[1:2] == ["--tune"]:
+        # --tune [NAME=v1,v2,...]: sweep one override instead of the default list.
+        swept = None
+        if len(sys.argv) > 2:
+            name, values = sys.argv[2].split("=")
+            swept = [(name, value) for value in values.split(",")]
+        decode_tuning_sweep(swept)
     elif sys.argv[1:] == ["--kernels"]:
         decode_kernel_times()
     else:
