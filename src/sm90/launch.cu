@@ -132,14 +132,12 @@ struct TileConfig {
   bool cluster_reduce;   // params.h
   bool tiles_outer;      // params.h
   bool kv_evict_first;   // L2 policy of the K/V loads
-  int32_t prefetch_blocks;  // params.h
 };
 
 // Measurement overrides of the shape-derived launch choices, for sweeps on the GPU machine
 // (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS, FLASHMSA_TUNE_TILES_OUTER,
 // FLASHMSA_TUNE_EVICT_FIRST, FLASHMSA_TUNE_SPECULATE and FLASHMSA_TUNE_DEEP_PIPELINE (0 or 1),
-// FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFETCH (the
-// decode producer's L2 prefetch distance in blocks, 0-8). Unset, or not a number in
+// FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4). Unset, or not a number in
 // [minimum, maximum], leaves the heuristic's value.
 int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_t maximum) {
   const char* text = std::getenv(name);
@@ -256,20 +254,6 @@ TileConfig tile_config(const flashmsa_args& args) {
     if (!clusters_resident(c)) c.ctas_per_sm = 2;
   }
   c.cluster_reduce = decode_like && c.num_splits > 1;
-  // Decode CTAs keep prefetch_blocks blocks past their stages requested into L2: together at
-  // most kPrefetchBudgetBytes over the CTAs resident at once, well inside the 50 MiB L2, so a
-  // prefetched block is still there when its stage is free (batch 64: one block each, batch 16:
-  // three, batch 1: four).
-  constexpr int64_t kPrefetchBudgetBytes = 24 << 20;
-  constexpr int32_t kMaxPrefetchBlocks = 4;
-  c.prefetch_blocks = 0;
-  if (decode_like && units > 0) {
-    const int64_t resident = std::min<int64_t>(
-        units * c.num_splits, multiprocessor_count(args.device_index) * c.ctas_per_sm);
-    c.prefetch_blocks = static_cast<int32_t>(std::min<int64_t>(
-        kMaxPrefetchBlocks, kPrefetchBudgetBytes / (resident * 2 * sm90::kKvTileBytes)));
-  }
-  c.prefetch_blocks = tuning_override("FLASHMSA_TUNE_PREFETCH", c.prefetch_blocks, 0, 8);
   c.tiles_outer = tuning_override("FLASHMSA_TUNE_TILES_OUTER", decode_like, 0, 1) != 0;
   c.kv_evict_first = tuning_override("FLASHMSA_TUNE_EVICT_FIRST", decode_like, 0, 1) != 0;
   return c;
@@ -401,7 +385,6 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
                        : 0;
   p.warp_planning = plans_in_one_warp(args, tiles);
   p.speculate_first_block = tuning_override("FLASHMSA_TUNE_SPECULATE", 1, 0, 1);
-  p.prefetch_blocks = tiles.prefetch_blocks;
   p.tiles_outer = tiles.tiles_outer;
   p.max_tiles = tiles.max_tiles;
   p.kv_cache_hint = tiles.kv_evict_first ? sm90::kCacheHintEvictFirst : sm90::kCacheHintEvictNormal;

@@ -50,10 +50,6 @@ struct PrefillParams {
   // Whether warp planning loads its slice's probable first block before the plan is done
   // (warp_planning.cuh; 1 unless FLASHMSA_TUNE_SPECULATE=0 turns it off for a measurement).
   int32_t speculate_first_block;
-  // Decode: how many blocks past the one it loads the producer keeps requested into L2
-  // (producer.cuh: prefetch_block), so that a CTA has more of its blocks in flight than its
-  // stages hold; 0: none (prefill, whose tiles are compute-bound).
-  int32_t prefetch_blocks;
   // How blockIdx.x splits into (tile, head column, KV split), see cta_work(): decode puts the
   // tile outermost so that the CTAs of real tiles come first in the grid (the bound on tiles is
   // loose, and CTAs past the real tiles would otherwise take first-wave slots); prefill puts

@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   wait_for_previous_grid();
   FLASHMSA_MARK(kMarkWaited);
 
-  SpeculativeLoad speculative{-1, -1, 0};
+  SpeculativeLoad speculative{-1, -1};
   const TilePlan plan = prepare_tile<Element, kConsumers>(params, smem, work, speculative);
   // The merge kernel of a KV split (and the next kernel of the stream) may now be scheduled: it
   // waits for this grid to complete before it reads anything.

@@ -31,32 +31,6 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
   }
 }
 
-// Asks L2 for one block of K or V without a destination (cp.async.bulk.prefetch.tensor): the
-// decode producer runs this ahead of its stage ring, so that more of a CTA's blocks are on their
-// way from DRAM than its shared memory holds, and the ring's TMA loads then find them in L2.
-__device__ __forceinline__ void prefetch_block(const CUtensorMap* map, bool is_paged,
-                                               int32_t coord, int32_t kv_head) {
-  const uint64_t descriptor = reinterpret_cast<uint64_t>(map);
-#pragma unroll
-  for (int panel = 0; panel < 2; ++panel) {
-    if (is_paged) {
-      asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global [%0, {%1, %2, %3, %4}];"
-                   ::"l"(descriptor), "r"(panel * kPanelElems), "r"(0), "r"(kv_head), "r"(coord)
-                   : "memory");
-    } else {
-      asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global [%0, {%1, %2, %3}];"
-                   ::"l"(descriptor), "r"(panel * kPanelElems), "r"(coord), "r"(kv_head)
-                   : "memory");
-    }
-  }
-}
-
-__device__ __forceinline__ void prefetch_operands(const PrefillParams& p, int32_t coord,
-                                                  int32_t kv_head) {
-  prefetch_block(&p.tma_k, p.is_paged, coord, kv_head);
-  prefetch_block(&p.tma_v, p.is_paged, coord, kv_head);
-}
-
 // Arms `full` for one operand's bytes and loads the block into `destination`.
 __device__ __forceinline__ void load_operand(const PrefillParams& p, const CUtensorMap* map,
                                              uint64_t* full, uint8_t* destination, int32_t coord,
@@ -67,12 +41,10 @@ __device__ __forceinline__ void load_operand(const PrefillParams& p, const CUten
 
 // A block whose K and V the producer loaded into stage 0 before planning ended (warp planning's
 // speculation, warp_planning.cuh), completing on the header's speculative barriers rather than
-// the stage's; block -1: none. Steps [1, prefetched_end) of the guessed slice were prefetched
-// into L2 along with it (params.h: prefetch_blocks).
+// the stage's; block -1: none.
 struct SpeculativeLoad {
   int32_t block;
   int32_t coord;
-  int32_t prefetched_end;
 };
 
 __device__ __forceinline__ void issue_speculative_load(const PrefillParams& p, const Smem& smem,
@@ -100,9 +72,7 @@ __device__ __forceinline__ void wait_for_speculative_load(const Smem& smem) {
 // first block go out together from one stretch of code. A speculative load is waited for
 // first (stage 0 must not receive two copies at once); if it is the slice's first block, its
 // landing is forwarded to the stage-0 barriers (a plain arrive completes their phase), else the
-// block is loaded again. With prefetch_blocks = D, step i + D is prefetched into L2 before step i
-// waits for its stage (the speculation prefetched the first ones; a wrong guess only wastes
-// them).
+// block is loaded again.
 __device__ inline void produce(const PrefillParams& p, const Smem& smem, const TilePlan& plan,
                                int kv_head, const SpeculativeLoad& speculative) {
   const int num_stages = p.smem_layout.num_stages;
@@ -119,7 +89,6 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
   };
   const int steps = plan.slice_end - plan.slice_begin;
   int first_step = 0;
-  int prefetched = 0;  // steps [0, prefetched) are loaded or prefetched
   if (speculative.block >= 0) {
     const bool holds = steps > 0 && smem.union_blocks()[plan.slice_begin] == speculative.block &&
                        smem.union_coords()[plan.slice_begin] == speculative.coord;
@@ -128,13 +97,8 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
     mbarrier_wait(&header.speculative_v_full, 0);
     if (holds) mbarrier_arrive(&header.v_full[0]);
     first_step = holds ? 1 : 0;
-    prefetched = holds ? speculative.prefetched_end : 0;
   }
   for (int i = first_step; i < steps; ++i) {
-    prefetched = max(prefetched, i + 1);
-    for (; prefetched <= i + p.prefetch_blocks && prefetched < steps; ++prefetched) {
-      prefetch_operands(p, smem.union_coords()[plan.slice_begin + prefetched], kv_head);
-    }
     const int32_t coord = smem.union_coords()[plan.slice_begin + i];  // flat: row; paged: page
     load(false, i, coord);
     load(true, i, coord);

@@ -143,36 +143,10 @@ __device__ __forceinline__ int64_t block_coordinate(const PrefillParams& p, cons
                        header.batch_index, block, p.num_pages);
 }
 
-// Entry e (< kWarpPlanMaxEntries) of the list warp 0 holds, for every lane at once (each lane
-// its own e): one shuffle per round, no dynamically indexed register array (local memory).
-__device__ __forceinline__ int32_t warp_entry(const WarpEntries& entries, int e) {
-  int32_t block = -1;
-#pragma unroll
-  for (int r = 0; r < kEntryRounds; ++r) {
-    const int32_t held = __shfl_sync(0xffffffffu, entries.block[r], e % 32);
-    if (e / 32 == r) block = held;
-  }
-  return block;
-}
-
-// The TMA coordinate of entry e of a correctly guessed tile for a speculative load, or -1 when
-// it selects no key of its token.
-__device__ __forceinline__ int64_t speculative_coordinate(const PrefillParams& p,
-                                                          const Smem& smem, int32_t block,
-                                                          int e, int page_row_length) {
-  const SmemHeader& header = smem.header();
-  const int64_t limit = clamp_i64(key_limit(p.causal, header.tile_first_position + e / p.topk,
-                                            header.request_seqlen_k),
-                                  0, header.request_seqlen_k);
-  if (!block_selects_keys(block, limit, p.is_paged, p.max_pages)) return -1;
-  return block_coordinate(p, smem, header, block, page_row_length);
-}
-
 // Warp 0, right after the request scan: if every entry of the (correctly guessed) tile is a
 // valid block, the union is probably the entries themselves, in order, so this CTA's slice
 // starts with entry num_entries * split / num_splits. Lane 0 (the producer) issues that block's
-// K and V into stage 0 (issue_speculative_load), lanes 1 .. prefetch_blocks prefetch the slice's
-// next entries into L2; produce() checks the guess against the plan.
+// K and V into stage 0 (issue_speculative_load); produce() checks the guess against the plan.
 __device__ inline SpeculativeLoad speculate_first_block(const PrefillParams& p, const Smem& smem,
                                                     const WarpEntries& entries,
                                                     const TileGuess& guess, int kv_head,
@@ -181,25 +155,29 @@ __device__ inline SpeculativeLoad speculate_first_block(const PrefillParams& p, 
   const int lane = threadIdx.x % 32;
   const int num_entries = header.tile_num_tokens * p.topk;
   const int first = num_entries * split / p.num_splits;
-  const int slice_end = num_entries * (split + 1) / p.num_splits;
-  bool usable = p.speculate_first_block && guess_holds(guess, header) && first < slice_end;
+  bool usable = p.speculate_first_block && guess_holds(guess, header) &&
+                first < num_entries * (split + 1) / p.num_splits;
 #pragma unroll
   for (int r = 0; r < kEntryRounds; ++r) {
     usable &= __all_sync(0xffffffffu, 32 * r + lane >= num_entries || entries.block[r] >= 0);
   }
-  const SpeculativeLoad none{-1, -1, 0};
-  if (!usable) return none;
-  const int prefetched_end = min(1 + p.prefetch_blocks, slice_end - first);
-  const int e = first + lane;
-  const int32_t block = warp_entry(entries, min(e, kWarpPlanMaxEntries - 1));
-  if (lane >= prefetched_end) return none;
-  const int64_t coord = speculative_coordinate(p, smem, block, e, page_row_length);
+  // entries.block[first / 32] without a dynamically indexed register array (local memory).
+  const int r = (first / 32) % kEntryRounds;
+  const int32_t mine = r == 0 ? entries.block[0]
+                       : r == 1 ? entries.block[1]
+                       : r == 2 ? entries.block[2]
+                                : entries.block[3];
+  const int32_t block = __shfl_sync(0xffffffffu, mine, first % 32);
+  const SpeculativeLoad none{-1, -1};
+  if (!usable || lane != 0) return none;
+  const int token = first / p.topk;
+  const int64_t limit = clamp_i64(key_limit(p.causal, header.tile_first_position + token,
+                                            header.request_seqlen_k),
+                                  0, header.request_seqlen_k);
+  if (!block_selects_keys(block, limit, p.is_paged, p.max_pages)) return none;
+  const int64_t coord = block_coordinate(p, smem, header, block, page_row_length);
   if (coord < 0) return none;
-  if (lane > 0) {
-    prefetch_operands(p, static_cast<int32_t>(coord), kv_head);
-    return none;
-  }
-  const SpeculativeLoad load{block, static_cast<int32_t>(coord), prefetched_end};
+  const SpeculativeLoad load{block, static_cast<int32_t>(coord)};
   issue_speculative_load(p, smem, load, kv_head);
   return load;
 }
