@@ -1,11 +1,18 @@
 // The KV-split reduction of decode launches, inside the thread-block cluster that the split CTAs
 // of one (tile, head column) form (launch.cu: cluster of num_splits CTAs along x; the split
-// index is the CTA's rank in the cluster). Each CTA's consumer warpgroup leaves its normalised
-// partial output and LSEs in its own shared memory (the idle first K and V stages); after a
-// cluster barrier, CTA r combines rows r, r + S, r + 2S, ... of all S partials, read through
-// distributed shared memory, and writes out and the LSEs; a second barrier keeps every CTA's
-// shared memory alive until the others are done reading it. This replaces the merge kernel's
-// global round trip and its launch (docs/performance.md).
+// index is the CTA's rank in the cluster). This replaces the merge kernel's global round trip
+// and its launch (docs/performance.md). Two ways:
+//   push (one-token tiles of launches with push_reduce): every split but the leader (rank 0)
+//     writes its normalised partial (16 rows) and LSEs into the leader's receive buffer with
+//     st.async, completing on the leader's received_full barrier, and exits; the leader waits
+//     on that barrier alone, combines and writes out. One distributed-shared-memory trip and no
+//     cluster barrier at the end (the one barrier that orders the barrier's initialisation
+//     before the remote writes is arrived at on entry and waited for just before pushing).
+//   pull (the others): each CTA's consumer warpgroup leaves its normalised partial output and
+//     LSEs in its own shared memory (the idle first K and V stages); after a cluster barrier,
+//     CTA r combines rows r, r + S, r + 2S, ... of all S partials, read through distributed
+//     shared memory, and writes out and the LSEs; a second barrier keeps every CTA's shared
+//     memory alive until the others are done reading it.
 #pragma once
 
 #include <math.h>
@@ -62,6 +69,7 @@ __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumula
 template <typename Element, bool kTemperatureLse>
 __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& smem,
                                            const TilePlan& plan, int kv_head, int head_chunk) {
+  if (p.push_reduce) cluster_wait();  // the entry's arrival (set_up_push) ends its phase here
   cluster_barrier_sync();  // every split's partial is in its shared memory
   FLASHMSA_MARK(kMarkClusterJoined);
   const int splits = p.num_splits, rank = plan.split;
@@ -112,6 +120,121 @@ __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& s
   }
   FLASHMSA_MARK(kMarkReduced);
   cluster_barrier_sync();  // no CTA leaves while another still reads its shared memory
+}
+
+// ---- push -------------------------------------------------------------------------------------
+
+// Bytes one split pushes: 128 threads x 16 values, then the LSEs of its 16 rows.
+template <bool kTemperatureLse>
+constexpr uint32_t pushed_bytes_per_split() {
+  return kDecodeRows * kHeadDim * sizeof(float) +
+         kDecodeRows * sizeof(float) * (kTemperatureLse ? 2 : 1);
+}
+
+// Kernel entry, every thread of a push_reduce launch, after thread 0 initialised received_full:
+// the leader's thread 0 announces the bytes the other splits will push, then every thread
+// arrives at the cluster barrier that push_partial waits for (release: the initialisation is
+// visible to the remote writers).
+template <bool kTemperatureLse>
+__device__ __forceinline__ void set_up_push(const PrefillParams& p, const Smem& smem,
+                                            int split) {
+  if (threadIdx.x == 0 && split == 0) {
+    mbarrier_expect_tx(&smem.header().received_full,
+                       (p.num_splits - 1) * pushed_bytes_per_split<kTemperatureLse>());
+  }
+  cluster_arrive();
+}
+
+// A consumer thread's share of a split's combined partial: row `row` (of kDecodeRows), columns
+// column .. column + 15, and the row's LSEs (every thread of the row holds them; the first of
+// the row's eight threads sends them).
+struct RowPartial {
+  float4 value[4];
+  float lse;
+  float lse_t;
+};
+
+// Every consumer thread of a split other than the leader: into slot split - 1 of the leader's
+// receive buffer, completing on its received_full.
+template <bool kTemperatureLse>
+__device__ __forceinline__ void push_partial(const Smem& smem, int split, int row, int column,
+                                             const RowPartial& partial) {
+  cluster_wait();  // the leader's received_full is initialised and armed
+  const uint32_t barrier = cluster_shared_address(&smem.header().received_full, 0);
+  const int slot = split - 1;
+  const uint32_t rows =
+      cluster_shared_address(smem.received_rows(slot) + row * kHeadDim + column, 0);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) store_cluster_async(rows + 16 * i, partial.value[i], barrier);
+  if (column == 0) {
+    store_cluster_async(cluster_shared_address(&smem.received_lse(slot)[row], 0), partial.lse,
+                        barrier);
+    if (kTemperatureLse) {
+      store_cluster_async(cluster_shared_address(&smem.received_lse_t(slot)[row], 0),
+                          partial.lse_t, barrier);
+    }
+  }
+}
+
+// log sum exp of `own` and the received LSEs at `row` (lse_of(slot) points at a slot's LSEs).
+template <typename LseOf>
+__device__ __forceinline__ float combined_lse(float own, int splits, int row, LseOf lse_of) {
+  float maximum = own;
+#pragma unroll
+  for (int s = 1; s < kMaxClusterSplits; ++s) {
+    if (s < splits) maximum = fmaxf(maximum, lse_of(s - 1)[row]);
+  }
+  if (maximum == -INFINITY) return -INFINITY;
+  float total = __expf(own - maximum);
+#pragma unroll
+  for (int s = 1; s < kMaxClusterSplits; ++s) {
+    if (s < splits) total += __expf(lse_of(s - 1)[row] - maximum);
+  }
+  return maximum + __logf(total);
+}
+
+// Every consumer thread of the leader: waits for the other splits' pushes and folds them into
+// its own share (lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) out_s).
+template <bool kTemperatureLse>
+__device__ __forceinline__ void combine_pushed_partials(const PrefillParams& p, const Smem& smem,
+                                                        int row, int column,
+                                                        RowPartial& partial) {
+  SmemHeader& header = smem.header();
+  if (threadIdx.x % 128 == 0) mbarrier_arrive(&header.received_full);
+  mbarrier_wait(&header.received_full, 0);
+  FLASHMSA_MARK(kMarkClusterJoined);
+  const int splits = p.num_splits;
+  const float lse = combined_lse(partial.lse, splits, row,
+                                 [&](int slot) { return smem.received_lse(slot); });
+  const float own_weight = lse == -INFINITY ? 0.f : __expf(partial.lse - lse);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    partial.value[i].x *= own_weight;
+    partial.value[i].y *= own_weight;
+    partial.value[i].z *= own_weight;
+    partial.value[i].w *= own_weight;
+  }
+#pragma unroll
+  for (int s = 1; s < kMaxClusterSplits; ++s) {
+    if (s >= splits || lse == -INFINITY) continue;
+    const float weight = __expf(smem.received_lse(s - 1)[row] - lse);
+    const float4* received =
+        reinterpret_cast<const float4*>(smem.received_rows(s - 1) + row * kHeadDim + column);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 x = received[i];
+      partial.value[i].x += weight * x.x;
+      partial.value[i].y += weight * x.y;
+      partial.value[i].z += weight * x.z;
+      partial.value[i].w += weight * x.w;
+    }
+  }
+  partial.lse = lse;
+  if (kTemperatureLse) {
+    partial.lse_t = combined_lse(partial.lse_t, splits, row,
+                                 [&](int slot) { return smem.received_lse_t(slot); });
+  }
+  FLASHMSA_MARK(kMarkReduced);
 }
 
 }  // namespace flashmsa::sm90

@@ -26,7 +26,6 @@
 
 namespace flashmsa::sm90 {
 
-constexpr int kDecodeRows = 16;                    // one mma.sync row tile
 constexpr int kKeysPerWarp = kBlockKeys / 4;       // 32
 constexpr int kWarpScoreTiles = kKeysPerWarp / 8;  // n-tiles of 8 keys
 constexpr int kDimSteps = kHeadDim / 16;           // k-steps of S = Q K^T
@@ -121,6 +120,56 @@ __device__ __forceinline__ float* warp_partial_lse_t(const Smem& smem, int warp)
 static_assert(4 * kDecodeRows * kHeadDim * sizeof(float) <= kKvTileBytes,
               "the four warps' partials must fit in one K stage");
 
+// The four warps' partials (warp_partial_rows) combined into thread t's share of the CTA's:
+// row t / 8, columns 16 * (t % 8) .. + 15.
+template <bool kTemperatureLse>
+__device__ __forceinline__ RowPartial merge_warp_partials(const Smem& smem, int row, int column) {
+  RowPartial partial;
+  float warp_lse[4];
+  partial.lse = -INFINITY;
+  partial.lse_t = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    warp_lse[w] = warp_partial_lse(smem, w)[row];
+    partial.lse = fmaxf(partial.lse, warp_lse[w]);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) partial.value[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (partial.lse != -INFINITY) {
+    const float maximum = partial.lse;
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) total += __expf(warp_lse[w] - maximum);
+    partial.lse = maximum + __logf(total);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float weight = __expf(warp_lse[w] - partial.lse);
+      const float4* source =
+          reinterpret_cast<const float4*>(warp_partial_rows(smem, w) + row * kHeadDim + column);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 x = source[i];
+        partial.value[i].x += weight * x.x;
+        partial.value[i].y += weight * x.y;
+        partial.value[i].z += weight * x.z;
+        partial.value[i].w += weight * x.w;
+      }
+    }
+  }
+  if constexpr (kTemperatureLse) {
+    float maximum = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) maximum = fmaxf(maximum, warp_partial_lse_t(smem, w)[row]);
+    if (maximum != -INFINITY) {
+      float total = 0.f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) total += __expf(warp_partial_lse_t(smem, w)[row] - maximum);
+      partial.lse_t = maximum + __logf(total);
+    }
+  }
+  return partial;
+}
+
 template <typename Element, bool kTemperatureLse>
 __device__ inline void consume_one_token(const PrefillParams& p, const Smem& smem,
                                          const TilePlan& plan, int kv_head, int head_chunk) {
@@ -198,72 +247,41 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
 
   // Merge the four warps: thread t combines row t / 8, columns 16 * (t % 8) .. + 15.
   const int row = thread / 8, column = 16 * (thread % 8);
-  float warp_lse[4], merged_lse = -INFINITY, merged_lse_t = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    warp_lse[w] = warp_partial_lse(smem, w)[row];
-    merged_lse = fmaxf(merged_lse, warp_lse[w]);
-  }
-  float4 value[4] = {};
-  if (merged_lse != -INFINITY) {
-    const float maximum = merged_lse;
-    float total = 0.f;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) total += __expf(warp_lse[w] - maximum);
-    merged_lse = maximum + __logf(total);
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float weight = __expf(warp_lse[w] - merged_lse);
-      const float4* source =
-          reinterpret_cast<const float4*>(warp_partial_rows(smem, w) + row * kHeadDim + column);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float4 x = source[i];
-        value[i].x += weight * x.x;
-        value[i].y += weight * x.y;
-        value[i].z += weight * x.z;
-        value[i].w += weight * x.w;
-      }
-    }
-  }
-  if constexpr (kTemperatureLse) {
-    float maximum = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) maximum = fmaxf(maximum, warp_partial_lse_t(smem, w)[row]);
-    if (maximum != -INFINITY) {
-      float total = 0.f;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) total += __expf(warp_partial_lse_t(smem, w)[row] - maximum);
-      merged_lse_t = maximum + __logf(total);
-    }
-  }
+  RowPartial partial = merge_warp_partials<kTemperatureLse>(smem, row, column);
 
-  const RowSource source = row_source(p, plan, 0, head_chunk, row);
-  if (p.cluster_reduce) {
+  if (p.cluster_reduce && p.push_reduce) {
+    if (plan.split != 0) {
+      push_partial<kTemperatureLse>(smem, plan.split, row, column, partial);
+      FLASHMSA_TIMELINE_PRINT();
+      return;
+    }
+    combine_pushed_partials<kTemperatureLse>(p, smem, row, column, partial);
+  } else if (p.cluster_reduce) {
     // This CTA's partial, as publish_partial leaves it, for the cluster's reduction. Rows of
     // the warp partials are read by now; row `row` of the CTA partial overlaps warp 0's.
     named_barrier_sync(kConsumerBarrier, 128);
     float4* destination =
         reinterpret_cast<float4*>(partial_out_rows(smem) + row * kHeadDim + column);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) destination[i] = value[i];
+    for (int i = 0; i < 4; ++i) destination[i] = partial.value[i];
     if (thread % 8 == 0) {
-      partial_lse_rows(smem)[row] = merged_lse;
-      if (kTemperatureLse) partial_lse_t_rows(smem)[row] = merged_lse_t;
+      partial_lse_rows(smem)[row] = partial.lse;
+      if (kTemperatureLse) partial_lse_t_rows(smem)[row] = partial.lse_t;
     }
     reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
     FLASHMSA_TIMELINE_PRINT();
     return;
   }
+  const RowSource source = row_source(p, plan, 0, head_chunk, row);
   if (source.valid) {
     const int64_t token = plan.first_row;
     const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + source.head;
     Element* out = static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) + column;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) store4(out + 4 * i, value[i]);
+    for (int i = 0; i < 4; ++i) store4(out + 4 * i, partial.value[i]);
     if (thread % 8 == 0) {
-      if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = merged_lse;
-      if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = merged_lse_t;
+      if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = partial.lse;
+      if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = partial.lse_t;
     }
   }
   FLASHMSA_TIMELINE_PRINT();

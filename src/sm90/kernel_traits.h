@@ -39,6 +39,12 @@ constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one blo
 // Decode's KV split runs as one thread-block cluster per (tile, head column): at most the
 // portable cluster size (cluster_reduce.cuh).
 constexpr int kMaxClusterSplits = 8;
+// One-token decode tiles (decode_consumer.cuh) hold one mma.sync row tile of query heads.
+constexpr int kDecodeRows = 16;
+// What a split CTA of a one-token tile pushes into its cluster leader's shared memory
+// (cluster_reduce.cuh: push_partial): fp32 out [16][128], then LSEs [16] and temperature LSEs
+// [16]. The leader receives num_splits - 1 of these.
+constexpr uint32_t kPushSlotBytes = kDecodeRows * (kHeadDim + 2) * sizeof(float);
 
 // L2 policies of the K/V loads (PrefillParams::kv_cache_hint, the TMA cache-hint operand):
 // evict-normal for prefill (blocks are shared by neighbouring tiles of one head), evict-first
@@ -79,6 +85,8 @@ struct SmemHeader {
   uint64_t speculative_k_full;
   uint64_t speculative_v_full;
   int32_t speculative_issued;     // whether they are in use (the cluster reduction waits)
+  // The cluster leader's: the other splits' pushed partials landed (cluster_reduce.cuh).
+  uint64_t received_full;
 };
 
 // Warp planning's scratch (SmemLayout::warp_scratch): the guessed request's page-table row,
@@ -93,6 +101,7 @@ constexpr uint32_t kWarpScratchBytes = (kPageRowCapacity + kWarpPlanMaxEntries) 
 struct SmemLayout {
   uint32_t q[kMaxConsumerWarpgroups];  // equal when the warpgroups share their rows
   uint32_t k, v;                       // rings of num_stages x 32 KiB
+  uint32_t received;                   // (num_splits - 1) x kPushSlotBytes, push_reduce only
   uint32_t union_blocks;               // int32[tokens_per_tile * topk]: ascending block ids
   uint32_t union_coords;               // int32[...]: TMA coordinate, flat token row or page id
   uint32_t token_masks;                // uint32[...][mask_words]: bit t = tile token t chose it
@@ -148,6 +157,17 @@ struct Smem {
   }
   __device__ __forceinline__ int32_t* entry_blocks() const {
     return reinterpret_cast<int32_t*>(base + layout.v + kMaxCandidates * sizeof(int64_t));
+  }
+  // Slot s (split s + 1's partial) of the leader's receive buffer: rows, then LSEs, then
+  // temperature LSEs.
+  __device__ __forceinline__ float* received_rows(int slot) const {
+    return reinterpret_cast<float*>(base + layout.received + slot * kPushSlotBytes);
+  }
+  __device__ __forceinline__ float* received_lse(int slot) const {
+    return received_rows(slot) + kDecodeRows * kHeadDim;
+  }
+  __device__ __forceinline__ float* received_lse_t(int slot) const {
+    return received_lse(slot) + kDecodeRows;
   }
   __device__ __forceinline__ int32_t* page_row() const {
     return reinterpret_cast<int32_t*>(base + layout.warp_scratch);

@@ -130,6 +130,7 @@ struct TileConfig {
   int64_t max_tiles;  // per head column
   int32_t num_splits;
   bool cluster_reduce;   // params.h
+  bool push_reduce = false;  // params.h (smem_layout reads it before tile_config sets it)
   bool tiles_outer;      // params.h
   bool kv_evict_first;   // L2 policy of the K/V loads
 };
@@ -137,7 +138,8 @@ struct TileConfig {
 // Measurement overrides of the shape-derived launch choices, for sweeps on the GPU machine
 // (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS, FLASHMSA_TUNE_TILES_OUTER,
 // FLASHMSA_TUNE_EVICT_FIRST, FLASHMSA_TUNE_SPECULATE and FLASHMSA_TUNE_DEEP_PIPELINE (0 or 1),
-// FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4). Unset, or not a number in
+// FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PUSH (0: one-token
+// cluster reductions pull instead of push). Unset, or not a number in
 // [minimum, maximum], leaves the heuristic's value.
 int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_t maximum) {
   const char* text = std::getenv(name);
@@ -254,6 +256,11 @@ TileConfig tile_config(const flashmsa_args& args) {
     if (!clusters_resident(c)) c.ctas_per_sm = 2;
   }
   c.cluster_reduce = decode_like && c.num_splits > 1;
+  // One CTA per SM leaves room for the leader's receive buffer (at most 7 x 8.1 KiB) beside two
+  // stages; two per SM would lose their only stage to it.
+  c.push_reduce = c.cluster_reduce && c.ctas_per_sm == 1 &&
+                  c.heads_per_chunk <= sm90::kDecodeRows &&
+                  tuning_override("FLASHMSA_TUNE_PUSH", 1, 0, 1) != 0;
   c.tiles_outer = tuning_override("FLASHMSA_TUNE_TILES_OUTER", decode_like, 0, 1) != 0;
   c.kv_evict_first = tuning_override("FLASHMSA_TUNE_EVICT_FIRST", decode_like, 0, 1) != 0;
   return c;
@@ -275,7 +282,11 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
   const uint32_t q_bytes = 2 * kQPanelBytes;
   layout.q[0] = 0;
   layout.q[1] = shared_q ? 0 : q_bytes;
-  const uint32_t rings_begin = shared_q ? q_bytes : 2 * q_bytes;
+  const uint32_t q_end = shared_q ? q_bytes : 2 * q_bytes;
+  const uint32_t received_bytes =
+      c.push_reduce ? static_cast<uint32_t>(c.num_splits - 1) * kPushSlotBytes : 0;
+  layout.received = q_end;
+  const uint32_t rings_begin = align(q_end + received_bytes, 1024);
   const uint32_t tokens = static_cast<uint32_t>(c.tokens_per_tile);
   const uint32_t candidates = tokens * static_cast<uint32_t>(args.topk);
   layout.mask_words = static_cast<int32_t>((tokens + 31) / 32);
@@ -379,6 +390,7 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.tokens_per_tile = tiles.tokens_per_tile;
   p.num_splits = tiles.num_splits;
   p.cluster_reduce = tiles.cluster_reduce;
+  p.push_reduce = tiles.push_reduce;
   p.num_consumer_warpgroups = tiles.num_consumer_warpgroups;
   p.uniform_rows = args.total_q % args.batch_size == 0 && args.total_q <= INT32_MAX
                        ? static_cast<int32_t>(args.total_q / args.batch_size)

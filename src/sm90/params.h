@@ -66,6 +66,9 @@ struct PrefillParams {
   // num_splits == 1 writes out directly.
   int32_t num_splits;
   int32_t cluster_reduce;
+  // Cluster launches of one CTA per SM: one-token tiles push their partial into the leader's
+  // shared memory (cluster_reduce.cuh: push_partial) instead of the barrier-and-pull reduction.
+  int32_t push_reduce;
   float* partial_out;
   float* partial_lse;
   float* partial_lse_t;

@@ -83,12 +83,14 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     }
     mbarrier_init(&smem.header().speculative_k_full, 1);
     mbarrier_init(&smem.header().speculative_v_full, 1);
+    mbarrier_init(&smem.header().received_full, 1);  // the leader's own arrive + pushed bytes
     smem.header().speculative_issued = 0;
     fence_barrier_init();
   } else if (threadIdx.x == 32) {
     prefetch_tensor_map(&params.tma_k);
     prefetch_tensor_map(&params.tma_v);
   }
+  if (params.push_reduce) set_up_push<kTemperatureLse>(params, smem, work.split);
   // Everything above overlaps the previous kernel's tail (programmatic dependent launch); the
   // inputs it may have written are read only from here on.
   wait_for_previous_grid();

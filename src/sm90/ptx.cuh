@@ -92,6 +92,46 @@ __device__ __forceinline__ void cluster_barrier_sync() {
           : "memory");
 }
 
+// The two halves of cluster_barrier_sync, for a barrier whose arrival and wait are far apart:
+// every thread arrives at kernel entry and waits only before it first touches another CTA's
+// shared memory (cluster_reduce.cuh: the pushed partials).
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// Adds `bytes` to the transaction count the barrier's current phase waits for, without
+// arriving: a receiver announces what remote st.async writes will complete on it.
+__device__ __forceinline__ void mbarrier_expect_tx(uint64_t* barrier, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(
+                   smem_address(barrier)),
+               "r"(bytes)
+               : "memory");
+}
+
+// Writes into another CTA's shared memory (cluster addresses from cluster_shared_address) whose
+// bytes complete on that CTA's mbarrier `remote_barrier`: the receiver waits on its barrier and
+// needs no cluster barrier to read them.
+__device__ __forceinline__ void store_cluster_async(uint32_t address, float4 value,
+                                                    uint32_t remote_barrier) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, "
+      "[%5];" ::"r"(address),
+      "f"(value.x), "f"(value.y), "f"(value.z), "f"(value.w), "r"(remote_barrier)
+      : "memory");
+}
+
+__device__ __forceinline__ void store_cluster_async(uint32_t address, float value,
+                                                    uint32_t remote_barrier) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(
+                   address),
+               "f"(value), "r"(remote_barrier)
+               : "memory");
+}
+
 // The address of the same shared-memory location in the cluster's CTA `rank`.
 __device__ __forceinline__ uint32_t cluster_shared_address(const void* pointer, uint32_t rank) {
   uint32_t address;
