@@ -2,12 +2,13 @@
 // of one (tile, head column) form (launch.cu: cluster of num_splits CTAs along x; the split
 // index is the CTA's rank in the cluster). This replaces the merge kernel's global round trip
 // and its launch (docs/performance.md). Two ways:
-//   push (one-token tiles of launches with push_reduce): every split but the leader (rank 0)
-//     writes its normalised partial (16 rows) and LSEs into the leader's receive buffer with
-//     st.async, completing on the leader's received_full barrier, and exits; the leader waits
-//     on that barrier alone, combines and writes out. One distributed-shared-memory trip and no
-//     cluster barrier at the end (the one barrier that orders the barrier's initialisation
-//     before the remote writes is arrived at on entry and waited for just before pushing).
+//   push (one-token tiles of launches with push_reduce): split r owns rows r, r + S, ... of
+//     the tile's 16; every split writes its normalised partial's other rows and their LSEs
+//     into their owners' receive buffers with st.async, completing on the owner's
+//     received_full barrier; each split waits on its own barrier, combines its rows and writes
+//     them out. One distributed-shared-memory trip and no cluster barrier at the end (the one
+//     barrier that orders the barriers' initialisation before the remote writes is arrived at
+//     on entry and waited for just before pushing).
 //   pull (the others): each CTA's consumer warpgroup leaves its normalised partial output and
 //     LSEs in its own shared memory (the idle first K and V stages); after a cluster barrier,
 //     CTA r combines rows r, r + S, r + 2S, ... of all S partials, read through distributed
@@ -124,53 +125,68 @@ __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& s
 
 // ---- push -------------------------------------------------------------------------------------
 
-// Bytes one split pushes: 128 threads x 16 values, then the LSEs of its 16 rows.
+// A reduce-scatter: split r owns the partial's rows r, r + S, r + 2S, ... Every split pushes its
+// other rows to their owners and combines and writes the rows it owns, so the traffic and the
+// combining are spread over the cluster (pushing every row to one leader made that SM's inbound
+// stores the bottleneck: batch 1, eight splits, 11.8 us against 10.4 for the pull).
+__device__ __forceinline__ int row_owner(int row, int splits) { return row % splits; }
+
+__device__ __forceinline__ int rows_owned(int split, int splits) {
+  return (kDecodeRows - split + splits - 1) / splits;
+}
+
+// Bytes one row of one split's partial takes when pushed: its 128 values, then its LSEs.
 template <bool kTemperatureLse>
-constexpr uint32_t pushed_bytes_per_split() {
-  return kDecodeRows * kHeadDim * sizeof(float) +
-         kDecodeRows * sizeof(float) * (kTemperatureLse ? 2 : 1);
+constexpr uint32_t pushed_row_bytes() {
+  return kHeadDim * sizeof(float) + sizeof(float) * (kTemperatureLse ? 2 : 1);
 }
 
 // Kernel entry, every thread of a push_reduce launch, after thread 0 initialised received_full:
-// the leader's thread 0 announces the bytes the other splits will push, then every thread
-// arrives at the cluster barrier that push_partial waits for (release: the initialisation is
-// visible to the remote writers).
+// thread 0 announces the bytes the other splits will push (rows owned x other splits), then
+// every thread arrives at the cluster barrier that push_partial waits for (release: the
+// initialisation is visible to the remote writers).
 template <bool kTemperatureLse>
 __device__ __forceinline__ void set_up_push(const PrefillParams& p, const Smem& smem,
                                             int split) {
-  if (threadIdx.x == 0 && split == 0) {
+  if (threadIdx.x == 0) {
     mbarrier_expect_tx(&smem.header().received_full,
-                       (p.num_splits - 1) * pushed_bytes_per_split<kTemperatureLse>());
+                       rows_owned(split, p.num_splits) * (p.num_splits - 1) *
+                           pushed_row_bytes<kTemperatureLse>());
   }
   cluster_arrive();
 }
 
 // A consumer thread's share of a split's combined partial: row `row` (of kDecodeRows), columns
-// column .. column + 15, and the row's LSEs (every thread of the row holds them; the first of
-// the row's eight threads sends them).
+// column .. column + 15, and the row's LSEs (every thread of the row holds them; the row's
+// first thread sends them).
 struct RowPartial {
   float4 value[4];
   float lse;
   float lse_t;
 };
 
-// Every consumer thread of a split other than the leader: into slot split - 1 of the leader's
-// receive buffer, completing on its received_full.
+// The receive slot of split `sender` at its owner: the other splits in rank order.
+__device__ __forceinline__ int receive_slot(int sender, int owner) {
+  return sender < owner ? sender : sender - 1;
+}
+
+// Every consumer thread whose row another split owns: into that split's receive buffer,
+// completing on its received_full.
 template <bool kTemperatureLse>
-__device__ __forceinline__ void push_partial(const Smem& smem, int split, int row, int column,
-                                             const RowPartial& partial) {
-  cluster_wait();  // the leader's received_full is initialised and armed
-  const uint32_t barrier = cluster_shared_address(&smem.header().received_full, 0);
-  const int slot = split - 1;
+__device__ __forceinline__ void push_partial(const Smem& smem, int split, int splits, int row,
+                                             int column, const RowPartial& partial) {
+  const int owner = row_owner(row, splits);
+  const uint32_t barrier = cluster_shared_address(&smem.header().received_full, owner);
+  const int slot = receive_slot(split, owner);
   const uint32_t rows =
-      cluster_shared_address(smem.received_rows(slot) + row * kHeadDim + column, 0);
+      cluster_shared_address(smem.received_rows(slot) + row * kHeadDim + column, owner);
 #pragma unroll
   for (int i = 0; i < 4; ++i) store_cluster_async(rows + 16 * i, partial.value[i], barrier);
   if (column == 0) {
-    store_cluster_async(cluster_shared_address(&smem.received_lse(slot)[row], 0), partial.lse,
-                        barrier);
+    store_cluster_async(cluster_shared_address(&smem.received_lse(slot)[row], owner),
+                        partial.lse, barrier);
     if (kTemperatureLse) {
-      store_cluster_async(cluster_shared_address(&smem.received_lse_t(slot)[row], 0),
+      store_cluster_async(cluster_shared_address(&smem.received_lse_t(slot)[row], owner),
                           partial.lse_t, barrier);
     }
   }
@@ -181,29 +197,25 @@ template <typename LseOf>
 __device__ __forceinline__ float combined_lse(float own, int splits, int row, LseOf lse_of) {
   float maximum = own;
 #pragma unroll
-  for (int s = 1; s < kMaxClusterSplits; ++s) {
-    if (s < splits) maximum = fmaxf(maximum, lse_of(s - 1)[row]);
+  for (int s = 0; s < kMaxClusterSplits - 1; ++s) {
+    if (s < splits - 1) maximum = fmaxf(maximum, lse_of(s)[row]);
   }
   if (maximum == -INFINITY) return -INFINITY;
   float total = __expf(own - maximum);
 #pragma unroll
-  for (int s = 1; s < kMaxClusterSplits; ++s) {
-    if (s < splits) total += __expf(lse_of(s - 1)[row] - maximum);
+  for (int s = 0; s < kMaxClusterSplits - 1; ++s) {
+    if (s < splits - 1) total += __expf(lse_of(s)[row] - maximum);
   }
   return maximum + __logf(total);
 }
 
-// Every consumer thread of the leader: waits for the other splits' pushes and folds them into
-// its own share (lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) out_s).
+// Every consumer thread whose row this split owns: waits for the other splits' pushes and folds
+// them into its own share (lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) out_s).
 template <bool kTemperatureLse>
-__device__ __forceinline__ void combine_pushed_partials(const PrefillParams& p, const Smem& smem,
-                                                        int row, int column,
-                                                        RowPartial& partial) {
-  SmemHeader& header = smem.header();
-  if (threadIdx.x % 128 == 0) mbarrier_arrive(&header.received_full);
-  mbarrier_wait(&header.received_full, 0);
+__device__ __forceinline__ void combine_pushed_partials(const Smem& smem, int splits, int row,
+                                                        int column, RowPartial& partial) {
+  mbarrier_wait(&smem.header().received_full, 0);
   FLASHMSA_MARK(kMarkClusterJoined);
-  const int splits = p.num_splits;
   const float lse = combined_lse(partial.lse, splits, row,
                                  [&](int slot) { return smem.received_lse(slot); });
   const float own_weight = lse == -INFINITY ? 0.f : __expf(partial.lse - lse);
@@ -215,11 +227,11 @@ __device__ __forceinline__ void combine_pushed_partials(const PrefillParams& p, 
     partial.value[i].w *= own_weight;
   }
 #pragma unroll
-  for (int s = 1; s < kMaxClusterSplits; ++s) {
-    if (s >= splits || lse == -INFINITY) continue;
-    const float weight = __expf(smem.received_lse(s - 1)[row] - lse);
+  for (int s = 0; s < kMaxClusterSplits - 1; ++s) {
+    if (s >= splits - 1 || lse == -INFINITY) continue;
+    const float weight = __expf(smem.received_lse(s)[row] - lse);
     const float4* received =
-        reinterpret_cast<const float4*>(smem.received_rows(s - 1) + row * kHeadDim + column);
+        reinterpret_cast<const float4*>(smem.received_rows(s) + row * kHeadDim + column);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float4 x = received[i];
@@ -235,6 +247,25 @@ __device__ __forceinline__ void combine_pushed_partials(const PrefillParams& p, 
                                  [&](int slot) { return smem.received_lse_t(slot); });
   }
   FLASHMSA_MARK(kMarkReduced);
+}
+
+// A one-token tile's cluster reduction, every consumer thread, with its share of this split's
+// partial: returns whether the thread's row is this split's to write (then `partial` is the
+// combined one). The split's first consumer thread arrives on received_full for the CTA (its
+// count is one), whatever its row.
+template <bool kTemperatureLse>
+__device__ __forceinline__ bool reduce_by_push(const PrefillParams& p, const Smem& smem,
+                                               int split, int row, int column,
+                                               RowPartial& partial) {
+  const int splits = p.num_splits;
+  if (threadIdx.x % 128 == 0) mbarrier_arrive(&smem.header().received_full);
+  cluster_wait();  // every split's received_full is initialised and armed
+  if (row_owner(row, splits) != split) {
+    push_partial<kTemperatureLse>(smem, split, splits, row, column, partial);
+    return false;
+  }
+  combine_pushed_partials<kTemperatureLse>(smem, splits, row, column, partial);
+  return true;
 }
 
 }  // namespace flashmsa::sm90

@@ -250,12 +250,10 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   RowPartial partial = merge_warp_partials<kTemperatureLse>(smem, row, column);
 
   if (p.cluster_reduce && p.push_reduce) {
-    if (plan.split != 0) {
-      push_partial<kTemperatureLse>(smem, plan.split, row, column, partial);
+    if (!reduce_by_push<kTemperatureLse>(p, smem, plan.split, row, column, partial)) {
       FLASHMSA_TIMELINE_PRINT();
       return;
     }
-    combine_pushed_partials<kTemperatureLse>(p, smem, row, column, partial);
   } else if (p.cluster_reduce) {
     // This CTA's partial, as publish_partial leaves it, for the cluster's reduction. Rows of
     // the warp partials are read by now; row `row` of the CTA partial overlaps warp 0's.
