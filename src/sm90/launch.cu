@@ -138,7 +138,8 @@ struct TileConfig {
 // Measurement overrides of the shape-derived launch choices, for sweeps on the GPU machine
 // (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS, FLASHMSA_TUNE_TILES_OUTER,
 // FLASHMSA_TUNE_EVICT_FIRST, FLASHMSA_TUNE_SPECULATE and FLASHMSA_TUNE_DEEP_PIPELINE (0 or 1),
-// FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PUSH (0: one-token
+// FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFILL_STAGES
+// (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
 // cluster reductions pull instead of push). Unset, or not a number in
 // [minimum, maximum], leaves the heuristic's value.
 int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_t maximum) {
@@ -298,10 +299,10 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
   // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
   const uint32_t budget = c.ctas_per_sm == 1 ? kSharedMemoryLimit : (228 * 1024) / 2 - 1024;
   const uint32_t available = budget - kSharedMemoryAlignmentSlack;
-  const uint32_t most_stages = c.num_consumer_warpgroups == 2
-                                   ? kPrefillMaxStages
-                                   : tuning_override("FLASHMSA_TUNE_STAGES", kMaxStages, 1,
-                                                     kMaxStages);
+  const uint32_t most_stages =
+      c.num_consumer_warpgroups == 2
+          ? tuning_override("FLASHMSA_TUNE_PREFILL_STAGES", kPrefillMaxStages, 2, kMaxStages)
+          : tuning_override("FLASHMSA_TUNE_STAGES", kMaxStages, 1, kMaxStages);
   layout.num_stages = static_cast<int32_t>(std::min<uint32_t>(
       most_stages, (available - rings_begin - planning_bytes) / stage_bytes));
   // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).

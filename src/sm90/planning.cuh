@@ -111,12 +111,11 @@ __device__ __forceinline__ int32_t block_exclusive_scan(int32_t value, int32_t* 
   }
   if (lane == 31) warp_totals[warp] = inclusive;
   __syncthreads();
-  int32_t warp_offset = 0, sum = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) {
-    if (w == warp) warp_offset = sum;
-    sum += warp_totals[w];
-  }
-  *total = sum;
+  // Lane w holds warp w's total: the warps before this one and all of them are two warp-wide
+  // reductions (a loop over the totals, unrolled by the compiler, spilled a register).
+  const int32_t lane_total = lane < static_cast<int>(blockDim.x / 32) ? warp_totals[lane] : 0;
+  const int32_t warp_offset = __reduce_add_sync(0xffffffffu, lane < warp ? lane_total : 0);
+  *total = __reduce_add_sync(0xffffffffu, lane_total);
   return warp_offset + inclusive - value;
 }
 
