@@ -143,8 +143,10 @@ constexpr uint32_t pushed_row_bytes() {
 
 // Kernel entry, every thread of a push_reduce launch, after thread 0 initialised received_full:
 // thread 0 announces the bytes the other splits will push (rows owned x other splits), then
-// every thread arrives at the cluster barrier that push_partial waits for (release: the
-// initialisation is visible to the remote writers).
+// every thread arrives at the cluster barrier that push_partial waits for (relaxed: thread 0's
+// fence.mbarrier_init.release.cluster makes the initialisation visible to the remote writers;
+// the expected bytes may be announced after some of them land, which the transaction count
+// allows).
 template <bool kTemperatureLse>
 __device__ __forceinline__ void set_up_push(const PrefillParams& p, const Smem& smem,
                                             int split) {
@@ -153,7 +155,7 @@ __device__ __forceinline__ void set_up_push(const PrefillParams& p, const Smem& 
                        rows_owned(split, p.num_splits) * (p.num_splits - 1) *
                            pushed_row_bytes<kTemperatureLse>());
   }
-  cluster_arrive();
+  cluster_arrive_relaxed();
 }
 
 // A consumer thread's share of a split's combined partial: row `row` (of kDecodeRows), columns

@@ -92,11 +92,13 @@ __device__ __forceinline__ void cluster_barrier_sync() {
           : "memory");
 }
 
-// The two halves of cluster_barrier_sync, for a barrier whose arrival and wait are far apart:
-// every thread arrives at kernel entry and waits only before it first touches another CTA's
-// shared memory (cluster_reduce.cuh: the pushed partials).
-__device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+// The two halves of a cluster barrier whose arrival and wait are far apart: every thread
+// arrives at kernel entry and waits only before it first touches another CTA's shared memory
+// (cluster_reduce.cuh: the pushed partials). The arrival is relaxed: what it publishes is the
+// mbarrier initialisation, which fence.mbarrier_init.release.cluster orders (a release arrive
+// costs a GPU-wide memory barrier, MEMBAR.ALL.GPU, in every thread).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
 }
 
 __device__ __forceinline__ void cluster_wait() {
