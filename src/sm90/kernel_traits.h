@@ -87,7 +87,6 @@ struct SmemHeader {
   int32_t speculative_issued;     // whether they are in use (the cluster reduction waits)
   // The cluster leader's: the other splits' pushed partials landed (cluster_reduce.cuh).
   uint64_t received_full;
-  uint32_t parameter_lines;  // written once at entry and never read (prefill_kernel.cuh)
 };
 
 // Warp planning's scratch (SmemLayout::warp_scratch): the guessed request's page-table row,

@@ -139,8 +139,7 @@ struct TileConfig {
 // (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS, FLASHMSA_TUNE_TILES_OUTER,
 // FLASHMSA_TUNE_EVICT_FIRST, FLASHMSA_TUNE_SPECULATE and FLASHMSA_TUNE_DEEP_PIPELINE (0 or 1),
 // FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFILL_STAGES
-// (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_WARM (0: no parameter-cache warming at
-// entry), FLASHMSA_TUNE_PUSH (0: one-token
+// (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
 // cluster reductions pull instead of push). Unset, or not a number in
 // [minimum, maximum], leaves the heuristic's value.
 int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_t maximum) {
@@ -399,7 +398,6 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
                        : 0;
   p.warp_planning = plans_in_one_warp(args, tiles);
   p.speculate_first_block = tuning_override("FLASHMSA_TUNE_SPECULATE", 1, 0, 1);
-  p.warm_parameter_cache = tuning_override("FLASHMSA_TUNE_WARM", 1, 0, 1);
   p.tiles_outer = tiles.tiles_outer;
   p.max_tiles = tiles.max_tiles;
   p.kv_cache_hint = tiles.kv_evict_first ? sm90::kCacheHintEvictFirst : sm90::kCacheHintEvictNormal;

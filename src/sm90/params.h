@@ -50,9 +50,6 @@ struct PrefillParams {
   // Whether warp planning loads its slice's probable first block before the plan is done
   // (warp_planning.cuh; 1 unless FLASHMSA_TUNE_SPECULATE=0 turns it off for a measurement).
   int32_t speculate_first_block;
-  // Whether one thread touches every line of this block at entry (prefill_kernel.cuh); 1 unless
-  // FLASHMSA_TUNE_WARM=0 turns it off for a measurement.
-  int32_t warm_parameter_cache;
   // How blockIdx.x splits into (tile, head column, KV split), see cta_work(): decode puts the
   // tile outermost so that the CTAs of real tiles come first in the grid (the bound on tiles is
   // loose, and CTAs past the real tiles would otherwise take first-wave slots); prefill puts

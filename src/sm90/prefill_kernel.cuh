@@ -63,24 +63,6 @@ __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, co
   return plan;
 }
 
-// One thread reads a word of each 64-byte line of the parameter block (past the two tensor
-// maps, which prefetch.tensormap fetched) while the previous kernel may still run: the
-// constant-bank operands that planning and the consumers read later then hit the SM's constant
-// cache instead of each paying a miss, which under a decode call's load waits behind the K/V
-// stream in L2 (stalls on immediate-constant-cache misses: docs/performance.md). The words'
-// XOR goes to shared memory so that the loads are not removed as dead code.
-__device__ __forceinline__ void warm_parameter_cache(const PrefillParams& params,
-                                                     const Smem& smem) {
-  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&params);
-  uint32_t gathered = 0;
-#pragma unroll
-  for (uint32_t offset = offsetof(PrefillParams, q); offset < sizeof(PrefillParams);
-       offset += 64) {
-    gathered ^= *reinterpret_cast<const uint32_t*>(bytes + offset);
-  }
-  smem.header().parameter_lines = gathered;
-}
-
 template <typename Element, bool kTemperatureLse, int kConsumers>
 __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
                                   RoleConfig<kConsumers>::kCtasPerSm)
@@ -107,7 +89,6 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   } else if (threadIdx.x == 32) {
     prefetch_tensor_map(&params.tma_k);
     prefetch_tensor_map(&params.tma_v);
-    if (params.warm_parameter_cache) warm_parameter_cache(params, smem);
   }
   if (params.push_reduce) set_up_push<kTemperatureLse>(params, smem, work.split);
 
