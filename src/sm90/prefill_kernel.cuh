@@ -91,7 +91,6 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     prefetch_tensor_map(&params.tma_v);
   }
   if (params.push_reduce) set_up_push<kTemperatureLse>(params, smem, work.split);
-
   // Everything above overlaps the previous kernel's tail (programmatic dependent launch); the
   // inputs it may have written are read only from here on.
   wait_for_previous_grid();
