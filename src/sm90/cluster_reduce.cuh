@@ -231,17 +231,8 @@ __device__ __forceinline__ void combine_pushed_partials(const Smem& smem, int sp
 #pragma unroll
   for (int s = 0; s < kMaxClusterSplits - 1; ++s) {
     if (s >= splits - 1 || lse == -INFINITY) continue;
-    const float weight = __expf(smem.received_lse(s)[row] - lse);
-    const float4* received =
-        reinterpret_cast<const float4*>(smem.received_rows(s) + row * kHeadDim + column);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 x = received[i];
-      partial.value[i].x += weight * x.x;
-      partial.value[i].y += weight * x.y;
-      partial.value[i].z += weight * x.z;
-      partial.value[i].w += weight * x.w;
-    }
+    add_weighted_share(partial.value, __expf(smem.received_lse(s)[row] - lse),
+                       smem.received_rows(s) + row * kHeadDim + column);
   }
   partial.lse = lse;
   if (kTemperatureLse) {

@@ -143,17 +143,8 @@ __device__ __forceinline__ RowPartial merge_warp_partials(const Smem& smem, int 
     partial.lse = maximum + __logf(total);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const float weight = __expf(warp_lse[w] - partial.lse);
-      const float4* source =
-          reinterpret_cast<const float4*>(warp_partial_rows(smem, w) + row * kHeadDim + column);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float4 x = source[i];
-        partial.value[i].x += weight * x.x;
-        partial.value[i].y += weight * x.y;
-        partial.value[i].z += weight * x.z;
-        partial.value[i].w += weight * x.w;
-      }
+      add_weighted_share(partial.value, __expf(warp_lse[w] - partial.lse),
+                         warp_partial_rows(smem, w) + row * kHeadDim + column);
     }
   }
   if constexpr (kTemperatureLse) {

@@ -32,6 +32,21 @@ __device__ __forceinline__ void store_partial_row(float* row, float* lse_slot, f
   }
 }
 
+// value += weight x the 16 fp32 values at `source` (16-byte aligned): one consumer thread's
+// share of a partial row, as the decode consumer's warp merge and the push reduction combine.
+__device__ __forceinline__ void add_weighted_share(float4 (&value)[4], float weight,
+                                                   const float* source) {
+  const float4* shares = reinterpret_cast<const float4*>(source);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 x = shares[i];
+    value[i].x += weight * x.x;
+    value[i].y += weight * x.y;
+    value[i].z += weight * x.z;
+    value[i].w += weight * x.w;
+  }
+}
+
 // Four combined values to out in q's dtype (one 8-byte store), packed as the P V operand is.
 template <typename Element>
 __device__ __forceinline__ void store4(Element* destination, float4 value) {
