@@ -182,6 +182,47 @@ __device__ inline SpeculativeLoad speculate_first_block(const PrefillParams& p, 
   return load;
 }
 
+// The plan of a one-token tile whose topk fits one round (lane l holds entry l): the three
+// rules and the compaction of plan_tile_in_warp, each a warp-wide instruction or two on the one
+// register, with no shared-memory atomics, loops or warp barriers between them. Every one-token
+// CTA runs this once, cold, while the other CTAs' speculative loads fill the memory system, so
+// its length is the start's (docs/performance.md). Same union, same order: first occurrences of
+// the valid entries, in entry order.
+__device__ inline void plan_one_token_in_warp(const PrefillParams& p, const Smem& smem,
+                                              int32_t entry, int page_row_length) {
+  SmemHeader& header = smem.header();
+  const int lane = threadIdx.x % 32;
+  const int64_t limit = clamp_i64(
+      key_limit(p.causal, header.tile_first_position, header.request_seqlen_k), 0,
+      header.request_seqlen_k);
+  // Rule 1: the first negative entry ends the list (lanes past topk hold -1 and no entry).
+  const uint32_t negatives = __ballot_sync(0xffffffffu, lane < p.topk && entry < 0);
+  const int first_negative = negatives != 0 ? __ffs(negatives) - 1 : p.topk;
+  // Rule 2: entries that select no key, or whose page is not a page, drop out.
+  int32_t coord = -1;
+  if (lane < first_negative && block_selects_keys(entry, limit, p.is_paged, p.max_pages)) {
+    coord = static_cast<int32_t>(block_coordinate(p, smem, header, entry, page_row_length));
+  }
+  const int32_t block = coord >= 0 ? entry : -1;
+  // Rule 3 and the compaction: the union holds each block's first occurrence.
+  const uint32_t same = __match_any_sync(0xffffffffu, block);
+  const bool is_first = block >= 0 && __ffs(same) - 1 == lane;
+  const uint32_t firsts = __ballot_sync(0xffffffffu, is_first);
+  if (is_first) {
+    const int slot = __popc(firsts & ((1u << lane) - 1));
+    smem.union_blocks()[slot] = block;
+    smem.union_coords()[slot] = coord;
+    uint32_t* mask = smem.token_mask(slot);
+    mask[0] = 1u;  // the tile's one token chose it
+    for (int w = 1; w < p.smem_layout.mask_words; ++w) mask[w] = 0u;
+  }
+  int32_t* limits = smem.token_key_limit();
+  for (int t = lane; t < p.tokens_per_tile; t += 32) {
+    limits[t] = t == 0 ? static_cast<int32_t>(limit) : 0;
+  }
+  if (lane == 0) header.union_size = __popc(firsts);
+}
+
 // Warp 0 of a located tile (batch_index >= 0). `entries` are the guessed tile's; they are
 // reloaded when the guess did not hold. Writes the key limits, the union, its token masks and
 // the union size (header); the caller's block barrier publishes them.
@@ -196,6 +237,10 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
   if (!guess_holds(guess, header)) {
     entries = load_warp_entries(p, header.tile_first_row, num_tokens, kv_head);
     page_row_length = 0;  // the cached row is another request's
+  }
+  if (num_tokens == 1 && num_entries <= 32) {
+    plan_one_token_in_warp(p, smem, entries.block[0], page_row_length);
+    return;
   }
   int32_t* first_negative = smem.token_first_negative();
   int32_t* limits = smem.token_key_limit();
