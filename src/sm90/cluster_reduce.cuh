@@ -66,6 +66,9 @@ __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumula
   }
 }
 
+// Splits whose partials the pull reads at once (its registers: four per split).
+constexpr int kPullBatch = 8;
+
 // All consumer threads of every CTA of the cluster, after publish_partial.
 template <typename Element, bool kTemperatureLse>
 __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& smem,
@@ -92,22 +95,27 @@ __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& s
     const float weight = lse == -INFINITY ? 0.f : __expf(lse_part[0] - lse);
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
     if (lse != -INFINITY) {
-      // Every split's values are requested before the first is used: one distributed-shared-
-      // memory latency per row instead of one per split.
+      // Up to kPullBatch splits' values are requested before the first is used: one
+      // distributed-shared-memory latency per batch of splits instead of one per split.
       const float* mine = partial_out_rows(smem) + row * kHeadDim + 4 * lane;
-      float4 value[kMaxClusterSplits];
+#pragma unroll 1
+      for (int first = 0; first < splits; first += kPullBatch) {
+        float4 value[kPullBatch];
 #pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        if (s < splits) value[s] = load_cluster_shared4(cluster_shared_address(mine, s));
-      }
+        for (int s = 0; s < kPullBatch; ++s) {
+          if (first + s < splits) {
+            value[s] = load_cluster_shared4(cluster_shared_address(mine, first + s));
+          }
+        }
 #pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        const float w = __shfl_sync(0xffffffffu, weight, s);
-        if (s >= splits) continue;
-        sum.x += w * value[s].x;
-        sum.y += w * value[s].y;
-        sum.z += w * value[s].z;
-        sum.w += w * value[s].w;
+        for (int s = 0; s < kPullBatch; ++s) {
+          const float w = __shfl_sync(0xffffffffu, weight, first + s);
+          if (first + s >= splits) continue;
+          sum.x += w * value[s].x;
+          sum.y += w * value[s].y;
+          sum.z += w * value[s].z;
+          sum.w += w * value[s].w;
+        }
       }
     }
     const int64_t token = plan.first_row + source.tile_token;

@@ -36,9 +36,11 @@ constexpr int kKvPanelBytes = kBlockKeys * 128;        // 16 KiB
 constexpr int kKvTileBytes = 2 * kKvPanelBytes;        // one operand of one block: 32 KiB
 constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one block
 
-// Decode's KV split runs as one thread-block cluster per (tile, head column): at most the
-// portable cluster size (cluster_reduce.cuh).
-constexpr int kMaxClusterSplits = 8;
+// Decode's KV split runs as one thread-block cluster per (tile, head column), at most 16 CTAs:
+// twice the portable cluster size, which Hopper allows to kernels that opt in
+// (cudaFuncAttributeNonPortableClusterSizeAllowed; cluster_reduce.cuh). Batch 1 of MiniMax-M3
+// then runs one block per CTA.
+constexpr int kMaxClusterSplits = 16;
 // One-token decode tiles (decode_consumer.cuh) hold one mma.sync row tile of query heads.
 constexpr int kDecodeRows = 16;
 // What a split CTA of a one-token tile pushes into its cluster leader's shared memory

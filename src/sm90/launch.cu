@@ -219,7 +219,7 @@ TileConfig tile_config(const flashmsa_args& args) {
     c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / units, 1, most));
   }
   // Decode combines its splits inside a thread-block cluster (no merge kernel, no workspace),
-  // which caps them at the portable cluster size.
+  // which caps them at the largest cluster Hopper allows.
   const int32_t most_splits = static_cast<int32_t>(
       decode_like ? std::min<int64_t>(sm90::kMaxClusterSplits, most) : most);
   c.num_splits = std::min(c.num_splits, most_splits);

@@ -7,17 +7,25 @@
 
 namespace flashmsa::sm90 {
 
+// Once per device and kernel: more than 48 KiB of shared memory, and clusters past the portable
+// size of 8 (decode's KV splits, kMaxClusterSplits).
+template <typename Kernel>
+cudaError_t configure_kernel(Kernel kernel) {
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            kSharedMemoryLimit);
+  if (status != cudaSuccess) return status;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+}
+
 template <typename Element, bool kTemperatureLse, int kConsumers>
 cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaStream_t stream) {
   auto kernel = prefill_kernel<Element, kTemperatureLse, kConsumers>;
-  // Opting in to more than 48 KiB of shared memory is needed once per device and kernel.
   static thread_local int configured_device = -1;
   int device = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) return status;
   if (configured_device != device) {
-    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  kSharedMemoryLimit);
+    status = configure_kernel(kernel);
     if (status != cudaSuccess) return status;
     configured_device = device;
   }
@@ -32,8 +40,8 @@ cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaS
 template <typename Element>
 int max_active_decode_clusters_of(uint32_t shared_bytes, int cluster_size) {
   auto kernel = prefill_kernel<Element, false, 1>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kSharedMemoryLimit) != cudaSuccess) {
+  if (configure_kernel(kernel) != cudaSuccess) {
+    cudaGetLastError();
     return 0;
   }
   cudaLaunchAttribute attribute;
