@@ -1,0 +1,67 @@
+"""A/B of the quick decode benchmark between library builds, in one run on the GPU machine: the
+builds take turns (A B A B ...), each in its own process (the library is chosen at import), so
+that drift of the machine over the run falls on both. Prints one table of the issue-4 rows and
+the decode suite's weighted figure, one column per run, and keeps each run's log.
+
+    PYTHONPATH=python python3 scripts/ab_decode.py --out DIR [--rounds 2] \\
+        main=build-main/libflashmsa.so new=build-gpu/libflashmsa.so
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+ROW = re.compile(r"^\s+(\S+)\s+([0-9.]+) us\s+([0-9.]+) GB/s")
+SUITE = re.compile(r"^decode suite full: weighted ([0-9.]+) GB/s")
+COPY = re.compile(r"^ceilings: copy ([0-9.]+) GB/s")
+ISSUE_ROWS = ("b1_kv32768", "b16_kv32768", "b64_kv32768", "b128_kv32768", "b64_kv131072",
+              "mtp8_b32_kv32768")
+
+
+def run_once(label, library, out_dir, index, timeout):
+    """One quick decode benchmark with `library`; returns {row: (us, GB/s)} plus the suite."""
+    env = dict(os.environ, FLASHMSA_LIBRARY=library)
+    log_path = os.path.join(out_dir, f"ab_{index}_{label}.log")
+    with open(log_path, "w") as log:
+        subprocess.run([sys.executable, "-m", "bench.decode", "--quick", "--out",
+                        os.path.join(out_dir, f"ab_{index}_{label}")],
+                       env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+    rows = {}
+    for line in open(log_path):
+        if match := ROW.match(line):
+            rows[match.group(1)] = (float(match.group(2)), float(match.group(3)))
+        elif match := SUITE.match(line):
+            rows["suite"] = (None, float(match.group(1)))
+        elif match := COPY.match(line):
+            rows["copy"] = (None, float(match.group(1)))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("builds", nargs="+", help="LABEL=path/to/libflashmsa.so")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--timeout", type=int, default=90, help="seconds per benchmark run")
+    args = parser.parse_args()
+    builds = [build.split("=", 1) for build in args.builds]
+    os.makedirs(args.out, exist_ok=True)
+    columns = []
+    for round_index in range(args.rounds):
+        for label, library in builds:
+            index = len(columns) + 1
+            columns.append((f"{label} #{index}", run_once(label, library, args.out, index,
+                                                           args.timeout)))
+    print("case".ljust(20) + "".join(name.rjust(16) for name, _ in columns))
+    for row in ISSUE_ROWS + ("suite", "copy"):
+        cells = []
+        for _, rows in columns:
+            us, gbps = rows.get(row, (None, None))
+            cells.append("-" if gbps is None else
+                         (f"{gbps:.0f} GB/s" if us is None else f"{us:.2f} us {gbps:.0f}"))
+        print(row.ljust(20) + "".join(cell.rjust(16) for cell in cells))
+
+
+if __name__ == "__main__":
+    main()
