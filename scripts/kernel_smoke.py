@@ -120,8 +120,8 @@ def decode_tuning_sweep(settings=None):
     speculative first block; FLASHMSA_TUNE_DEEP_PIPELINE: one CTA per SM with two stages for
     grids that fit; FLASHMSA_TUNE_STAGES: the decode kernel's most stages), read by the library on every call. The settings swept are the
     open questions; docs/performance.md records the earlier sweeps."""
-    cases = ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768), (64, 1, 131072),
-             (32, 8, 32768))
+    cases = ((1, 1, 32768), (8, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768),
+             (64, 1, 131072), (32, 8, 32768))
     settings = list(settings or [("FLASHMSA_TUNE_STAGES", "2"), ("FLASHMSA_TUNE_SPLITS", "1"),
                                  ("FLASHMSA_TUNE_SPLITS", "4"),
                                  ("FLASHMSA_TUNE_DEEP_PIPELINE", "0")])
