@@ -71,6 +71,23 @@ def test_decode_multi_round_garbage_indices(heads, qlen):
     check_gpu_result(case, run_gpu(case))
 
 
+# MiniMax-M3's tensor-parallel shapes (TP 4: Hq 16 / Hkv 1, TP 8: Hq 8 / Hkv 1) and a group of 3
+# heads, at one token per request: small batches split every tile over a thread-block cluster,
+# and with fewer than 16 heads per KV head the reduction also carries rows with no head behind
+# them (src/sm90/cluster_reduce.cuh). Temperature LSEs included (run_gpu returns them).
+@pytest.mark.parametrize("batch", [1, 3, 9])
+@pytest.mark.parametrize("heads", [(16, 1), (8, 1), (12, 4)], ids=["tp4", "tp8", "g3"])
+def test_decode_one_token_group_sizes(heads, batch):
+    num_qo_heads, num_kv_heads = heads
+    lengths = kv_lengths(batch, seed=101) if batch != 9 else [30000, 0, 127, 129, 4097, 9000,
+                                                             256, 1, 20000]
+    name = f"decode-one-token-hq{num_qo_heads}-hkv{num_kv_heads}-b{batch}"
+    case = make_case(name, [1] * batch, lengths, num_qo_heads, num_kv_heads, 16, True,
+                     seed=101 + batch, layout="paged",
+                     scalars=dict(lse_temperature_scale=0.7))
+    check_gpu_result(case, run_gpu(case))
+
+
 @pytest.mark.parametrize("view", ["packed", "nhd"])
 def test_decode_cache_views(view):
     """vLLM's packed K|V cache and an NHD cache, both read in place, equal the contiguous cache
