@@ -133,6 +133,9 @@ struct TileConfig {
   bool push_reduce = false;  // params.h (smem_layout reads it before tile_config sets it)
   bool tiles_outer;      // params.h
   bool kv_evict_first;   // L2 policy of the K/V loads
+
+  // Split partials go through the workspace and the merge kernel (splits outside a cluster).
+  bool merges_in_workspace() const { return num_splits > 1 && !cluster_reduce; }
 };
 
 // Measurement overrides of the shape-derived launch choices, for sweeps on the GPU machine
@@ -337,7 +340,7 @@ struct WorkspaceLayout {
 
 WorkspaceLayout workspace_layout(const flashmsa_args& args, const TileConfig& tiles) {
   WorkspaceLayout layout;
-  if (tiles.num_splits <= 1 || tiles.cluster_reduce) return layout;
+  if (!tiles.merges_in_workspace()) return layout;
   auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const size_t rows = static_cast<size_t>(tiles.num_splits) * args.total_q * args.num_qo_heads;
   layout.partial_out = 0;
@@ -445,7 +448,7 @@ void run_sm90(const flashmsa_args& args) {
                  std::to_string(args.workspace_bytes));
   }
   uint8_t* workspace = static_cast<uint8_t*>(args.workspace);
-  if (tiles.num_splits > 1 && !tiles.cluster_reduce) {
+  if (tiles.merges_in_workspace()) {
     params.partial_out = reinterpret_cast<float*>(workspace + layout.partial_out);
     params.partial_lse = reinterpret_cast<float*>(workspace + layout.partial_lse);
     params.partial_lse_t = reinterpret_cast<float*>(workspace + layout.partial_lse_t);
@@ -467,7 +470,7 @@ void run_sm90(const flashmsa_args& args) {
       bf16 ? sm90::launch_prefill<__nv_bfloat16>(params, grid, temperature_lse, stream)
            : sm90::launch_prefill<__half>(params, grid, temperature_lse, stream);
   check_cuda(status, "launching the sm90 prefill kernel");
-  if (tiles.num_splits == 1 || tiles.cluster_reduce) return;
+  if (!tiles.merges_in_workspace()) return;
 
   sm90::MergeParams merge;
   merge.partial_out = params.partial_out;
