@@ -205,18 +205,11 @@ __device__ __forceinline__ void push_partial(const Smem& smem, int split, int sp
 // log sum exp of `own` and the received LSEs at `row` (lse_of(slot) points at a slot's LSEs).
 template <typename LseOf>
 __device__ __forceinline__ float combined_lse(float own, int splits, int row, LseOf lse_of) {
-  float maximum = own;
+  float lses[kMaxClusterSplits];
+  lses[0] = own;
 #pragma unroll
-  for (int s = 0; s < kMaxClusterSplits - 1; ++s) {
-    if (s < splits - 1) maximum = fmaxf(maximum, lse_of(s)[row]);
-  }
-  if (maximum == -INFINITY) return -INFINITY;
-  float total = __expf(own - maximum);
-#pragma unroll
-  for (int s = 0; s < kMaxClusterSplits - 1; ++s) {
-    if (s < splits - 1) total += __expf(lse_of(s)[row] - maximum);
-  }
-  return maximum + __logf(total);
+  for (int s = 1; s < kMaxClusterSplits; ++s) lses[s] = s < splits ? lse_of(s - 1)[row] : 0.f;
+  return log_sum_exp(lses, splits);
 }
 
 // Every consumer thread whose row this split owns: waits for the other splits' pushes and folds

@@ -125,37 +125,21 @@ static_assert(4 * kDecodeRows * kHeadDim * sizeof(float) <= kKvTileBytes,
 template <bool kTemperatureLse>
 __device__ __forceinline__ RowPartial merge_warp_partials(const Smem& smem, int row, int column) {
   RowPartial partial;
-  float warp_lse[4];
-  partial.lse = -INFINITY;
-  partial.lse_t = -INFINITY;
+  float warp_lse[4], warp_lse_t[4];
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
     warp_lse[w] = warp_partial_lse(smem, w)[row];
-    partial.lse = fmaxf(partial.lse, warp_lse[w]);
+    if (kTemperatureLse) warp_lse_t[w] = warp_partial_lse_t(smem, w)[row];
   }
+  partial.lse = log_sum_exp(warp_lse);
+  partial.lse_t = kTemperatureLse ? log_sum_exp(warp_lse_t) : -INFINITY;
 #pragma unroll
   for (int i = 0; i < 4; ++i) partial.value[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   if (partial.lse != -INFINITY) {
-    const float maximum = partial.lse;
-    float total = 0.f;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) total += __expf(warp_lse[w] - maximum);
-    partial.lse = maximum + __logf(total);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       add_weighted_share(partial.value, __expf(warp_lse[w] - partial.lse),
                          warp_partial_rows(smem, w) + row * kHeadDim + column);
-    }
-  }
-  if constexpr (kTemperatureLse) {
-    float maximum = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) maximum = fmaxf(maximum, warp_partial_lse_t(smem, w)[row]);
-    if (maximum != -INFINITY) {
-      float total = 0.f;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) total += __expf(warp_partial_lse_t(smem, w)[row] - maximum);
-      partial.lse_t = maximum + __logf(total);
     }
   }
   return partial;
@@ -240,7 +224,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   const int row = thread / 8, column = 16 * (thread % 8);
   RowPartial partial = merge_warp_partials<kTemperatureLse>(smem, row, column);
 
-  if (p.cluster_reduce && p.push_reduce) {
+  if (p.push_reduce) {  // launch.cu sets it only with cluster_reduce
     if (!reduce_by_push<kTemperatureLse>(p, smem, plan.split, row, column, partial)) {
       FLASHMSA_TIMELINE_PRINT();
       return;
