@@ -192,6 +192,17 @@ __device__ inline void locate_tile(const PrefillParams& p, const Smem& smem, int
   header.tile_first_position = 0;
 }
 
+// Keys [0, limit) of the located tile's token t are visible to it (causal position, sequence
+// length); 0 for slots past the tile's tokens.
+__device__ __forceinline__ int64_t tile_token_key_limit(const PrefillParams& p,
+                                                        const SmemHeader& header, int t) {
+  const int64_t limit = t < header.tile_num_tokens
+                            ? key_limit(p.causal, header.tile_first_position + t,
+                                        header.request_seqlen_k)
+                            : 0;
+  return clamp_i64(limit, 0, header.request_seqlen_k);
+}
+
 // Puts a and b (elements i < j of a bitonic pass) in ascending or descending order.
 __device__ __forceinline__ void compare_exchange(int64_t& a, int64_t& b, bool ascending) {
   if ((a > b) == ascending) {
@@ -260,11 +271,7 @@ __device__ inline TilePlan plan_union(const PrefillParams& p, const Smem& smem, 
 #pragma unroll 1
   for (int t = tid; t < p.tokens_per_tile; t += threads) {
     first_negative[t] = topk;
-    const int64_t limit = t < header.tile_num_tokens
-                              ? key_limit(p.causal, header.tile_first_position + t,
-                                          header.request_seqlen_k)
-                              : 0;
-    limits[t] = static_cast<int32_t>(clamp_i64(limit, 0, header.request_seqlen_k));
+    limits[t] = static_cast<int32_t>(tile_token_key_limit(p, header, t));
   }
   __syncthreads();
   FLASHMSA_MARK(kMarkEntriesRead);

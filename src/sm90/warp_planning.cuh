@@ -171,9 +171,7 @@ __device__ inline SpeculativeLoad speculate_first_block(const PrefillParams& p, 
   const SpeculativeLoad none{-1, -1};
   if (!usable || lane != 0) return none;
   const int token = first / p.topk;
-  const int64_t limit = clamp_i64(key_limit(p.causal, header.tile_first_position + token,
-                                            header.request_seqlen_k),
-                                  0, header.request_seqlen_k);
+  const int64_t limit = tile_token_key_limit(p, header, token);
   if (!block_selects_keys(block, limit, p.is_paged, p.max_pages)) return none;
   const int64_t coord = block_coordinate(p, smem, header, block, page_row_length);
   if (coord < 0) return none;
@@ -192,9 +190,7 @@ __device__ inline void plan_one_token_in_warp(const PrefillParams& p, const Smem
                                               int32_t entry, int page_row_length) {
   SmemHeader& header = smem.header();
   const int lane = threadIdx.x % 32;
-  const int64_t limit = clamp_i64(
-      key_limit(p.causal, header.tile_first_position, header.request_seqlen_k), 0,
-      header.request_seqlen_k);
+  const int64_t limit = tile_token_key_limit(p, header, 0);
   // Rule 1: the first negative entry ends the list (lanes past topk hold -1 and no entry).
   const uint32_t negatives = __ballot_sync(0xffffffffu, lane < p.topk && entry < 0);
   const int first_negative = negatives != 0 ? __ffs(negatives) - 1 : p.topk;
@@ -247,10 +243,7 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
 #pragma unroll 1
   for (int t = lane; t < p.tokens_per_tile; t += 32) {
     first_negative[t] = topk;
-    const int64_t limit = t < num_tokens ? key_limit(p.causal, header.tile_first_position + t,
-                                                     header.request_seqlen_k)
-                                         : 0;
-    limits[t] = static_cast<int32_t>(clamp_i64(limit, 0, header.request_seqlen_k));
+    limits[t] = static_cast<int32_t>(tile_token_key_limit(p, header, t));
   }
   __syncwarp();
   FLASHMSA_MARK_BY(0, kMarkEntriesRead);
