@@ -18,6 +18,7 @@
 
 #include "api/backends.h"
 #include "common/error.h"
+#include "sm90/decode_launch.h"
 #include "sm90/kernel_traits.h"
 #include "sm90/merge.h"
 #include "sm90/params.h"
@@ -133,6 +134,9 @@ struct TileConfig {
   bool push_reduce = false;  // params.h (smem_layout reads it before tile_config sets it)
   bool tiles_outer;      // params.h
   bool kv_evict_first;   // L2 policy of the K/V loads
+  // The one-token decode kernel (decode_kernel.cuh) instead of prefill_kernel: one CTA per
+  // (query row, KV head, split).
+  bool one_token_kernel = false;
 
   // Split partials go through the workspace and the merge kernel (splits outside a cluster).
   bool merges_in_workspace() const { return num_splits > 1 && !cluster_reduce; }
@@ -170,16 +174,19 @@ int multiprocessor_count(int device) {
 
 sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c);
 
-// max_active_decode_clusters, cached per (device, shared memory, cluster size): the occupancy
-// query costs more than a launch.
-int max_active_decode_clusters(int device, uint32_t shared_bytes, int cluster_size) {
+// max_active_decode_clusters of the decode kernel in use, cached per (device, kernel, shared
+// memory, cluster size): the occupancy query costs more than a launch.
+int max_active_decode_clusters(int device, bool one_token_kernel, uint32_t shared_bytes,
+                               int cluster_size) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, uint32_t, int>, int> cache;
-  const auto key = std::make_tuple(device, shared_bytes, cluster_size);
+  static std::map<std::tuple<int, bool, uint32_t, int>, int> cache;
+  const auto key = std::make_tuple(device, one_token_kernel, shared_bytes, cluster_size);
   std::lock_guard<std::mutex> lock(mutex);
   auto found = cache.find(key);
   if (found != cache.end()) return found->second;
-  const int clusters = sm90::max_active_decode_clusters(shared_bytes, cluster_size);
+  const int clusters =
+      one_token_kernel ? sm90::max_active_one_token_clusters(shared_bytes, cluster_size)
+                       : sm90::max_active_decode_clusters(shared_bytes, cluster_size);
   cache.emplace(key, clusters);
   return clusters;
 }
@@ -200,12 +207,18 @@ TileConfig tile_config(const flashmsa_args& args) {
   c.ctas_per_sm = decode_like ? 2 : 1;
   c.tokens_per_warpgroup =
       std::min(rows_tokens, sm90::kMaxCandidates / (c.num_consumer_warpgroups * topk));
+  // One query row per request (decode batches), at most 16 heads per KV head and 32 index
+  // entries per row: the one-token decode kernel, whose tiles are single rows.
+  c.one_token_kernel = decode_like && args.total_q == args.batch_size &&
+                       args.total_q <= INT32_MAX && group_size <= sm90::kDecodeRows &&
+                       topk <= 32 && tuning_override("FLASHMSA_TUNE_ONE_TOKEN", 1, 0, 1) != 0;
+  if (c.one_token_kernel) c.tokens_per_warpgroup = 1;
   c.tokens_per_tile = c.num_consumer_warpgroups * c.tokens_per_warpgroup;
   // Tiles never straddle requests, so there are at most ceil(total_q / T) + B of them, plus two
   // for rows outside every request (they get zeros); CTAs past the real count (known only on
-  // the device) exit after planning.
+  // the device) exit after planning. The one-token kernel's tiles are the rows themselves.
   const int64_t query_tiles = (args.total_q + c.tokens_per_tile - 1) / c.tokens_per_tile;
-  c.max_tiles = query_tiles + args.batch_size + 2;
+  c.max_tiles = c.one_token_kernel ? args.total_q : query_tiles + args.batch_size + 2;
   // Decode: too few (tile, head) units to fill the machine's CTA slots. Split each tile's blocks
   // over num_splits CTAs (at least one block each) and merge the partials; skip it when the
   // grid is already (nearly) full. Each tile holds at least one token, hence the min.
@@ -232,8 +245,8 @@ TileConfig tile_config(const flashmsa_args& args) {
     if (config.num_splits <= 1) return true;
     const uint32_t shared_bytes =
         smem_layout(args, config).bytes + sm90::kSharedMemoryAlignmentSlack;
-    return max_active_decode_clusters(args.device_index, shared_bytes, config.num_splits) >=
-           units;
+    return max_active_decode_clusters(args.device_index, config.one_token_kernel, shared_bytes,
+                                      config.num_splits) >= units;
   };
   if (decode_like) {
     while (!clusters_resident(c)) --c.num_splits;
@@ -294,7 +307,8 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
   const uint32_t tokens = static_cast<uint32_t>(c.tokens_per_tile);
   const uint32_t candidates = tokens * static_cast<uint32_t>(args.topk);
   layout.mask_words = static_cast<int32_t>((tokens + 31) / 32);
-  const uint32_t warp_scratch_bytes = plans_in_one_warp(args, c) ? kWarpScratchBytes : 0;
+  const uint32_t warp_scratch_bytes =
+      plans_in_one_warp(args, c) && !c.one_token_kernel ? kWarpScratchBytes : 0;
   const uint32_t planning_bytes =
       align(candidates * 4, 16) * 2 + align(candidates * layout.mask_words * 4, 16) +
       align(tokens * 4, 16) * 2 + warp_scratch_bytes + align(sizeof(SmemHeader), 16);
@@ -466,9 +480,16 @@ void run_sm90(const flashmsa_args& args) {
   const bool temperature_lse = args.lse_t != nullptr;
   cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
   const bool bf16 = args.q_dtype == FLASHMSA_DTYPE_BF16;
-  cudaError_t status =
-      bf16 ? sm90::launch_prefill<__nv_bfloat16>(params, grid, temperature_lse, stream)
-           : sm90::launch_prefill<__half>(params, grid, temperature_lse, stream);
+  cudaError_t status;
+  if (tiles.one_token_kernel) {  // splits, if any, reduce in their cluster
+    status = bf16 ? sm90::launch_one_token_decode<__nv_bfloat16>(params, grid, temperature_lse,
+                                                                 stream)
+                  : sm90::launch_one_token_decode<__half>(params, grid, temperature_lse, stream);
+    check_cuda(status, "launching the sm90 one-token decode kernel");
+    return;
+  }
+  status = bf16 ? sm90::launch_prefill<__nv_bfloat16>(params, grid, temperature_lse, stream)
+                : sm90::launch_prefill<__half>(params, grid, temperature_lse, stream);
   check_cuda(status, "launching the sm90 prefill kernel");
   if (!tiles.merges_in_workspace()) return;
 

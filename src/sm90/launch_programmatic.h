@@ -9,7 +9,60 @@
 
 #include <utility>
 
+#include "sm90/kernel_traits.h"
+
 namespace flashmsa::sm90 {
+
+// Once per device and kernel: more than 48 KiB of shared memory, and clusters past the portable
+// size of 8 (decode's KV splits, kMaxClusterSplits).
+template <typename Kernel>
+cudaError_t configure_kernel(Kernel kernel) {
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            kSharedMemoryLimit);
+  if (status != cudaSuccess) return status;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+}
+
+// configure_kernel on the current device, unless `configured_device` (the caller's static,
+// one per kernel and thread) says it was done there.
+template <typename Kernel>
+cudaError_t configure_kernel_once(Kernel kernel, int& configured_device) {
+  int device = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status != cudaSuccess) return status;
+  if (configured_device == device) return cudaSuccess;
+  status = configure_kernel(kernel);
+  if (status == cudaSuccess) configured_device = device;
+  return status;
+}
+
+// How many thread-block clusters of `cluster_size` CTAs of `kernel` (`threads` threads and
+// `shared_bytes` of dynamic shared memory each) the current device holds at once; 0 if the
+// query fails (its failure is not left as the caller's sticky error).
+template <typename Kernel>
+int max_active_clusters(Kernel kernel, int threads, uint32_t shared_bytes, int cluster_size) {
+  if (configure_kernel(kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(cluster_size));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = shared_bytes;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return clusters;
+}
 
 // cluster_size > 1 also groups consecutive blocks along x into thread-block clusters of that
 // size (grid.x must be a multiple of it).

@@ -55,6 +55,12 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_thr
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
 
+// The producing side of a named barrier that others wait on with named_barrier_sync: its
+// shared-memory writes before the arrival are visible to them after their wait.
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t num_threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
 // Ordinary shared-memory stores that wgmma or TMA read next must be fenced into the async proxy
 // by each writing thread before the barrier that publishes them.
 __device__ __forceinline__ void fence_proxy_async_shared() {

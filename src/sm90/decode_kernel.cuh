@@ -1,0 +1,215 @@
+// The one-token decode kernel: one CTA per (query token, KV head, KV split) of a call whose
+// requests hold one query token each (decode batches), at most 16 query heads per KV head and
+// topk <= 32. It computes what prefill_kernel computes for such a call, with a start made for
+// latency:
+//   warp 0      plans the token in registers (index entries, the request's lengths and offset
+//               in one round of loads; the pages of the selected blocks in a second one; the
+//               set rules as ballots and a match), then streams the slice's blocks with TMA;
+//   warps 1-4   load the token's query rows meanwhile, then run the one-token consumer
+//               (decode_consumer.cuh) and the cluster reduction of the splits.
+// prefill_kernel spends about 5 us of a 10 us batch-1 call before its first K lands: a block-wide
+// request scan, shared-memory planning buffers and two warpgroups of code run cold on every CTA
+// (docs/performance.md). Here nothing stands between the two rounds of loads and the first TMA.
+// The consumers are threads 32..159; their index within the warpgroup is threadIdx.x % 128, a
+// permutation of 0..127, which is all the consumer and the reduction rely on.
+#pragma once
+
+#include <stdint.h>
+
+#include "common/visibility.h"
+#include "sm90/cluster_reduce.cuh"
+#include "sm90/decode_consumer.cuh"
+#include "sm90/kernel_traits.h"
+#include "sm90/mma.cuh"
+#include "sm90/params.h"
+#include "sm90/planning.cuh"
+#include "sm90/producer.cuh"
+#include "sm90/ptx.cuh"
+#include "sm90/timeline.cuh"
+
+namespace flashmsa::sm90 {
+
+constexpr int kDecodeThreads = 32 + 128;  // the planner-producer warp, one consumer warpgroup
+constexpr int kDecodeCtasPerSm = 2;       // register budget: 65536 / (2 x 160) = 204 per thread
+constexpr uint32_t kPlanReadyBarrier = 2;  // named barrier: the plan is in shared memory
+
+// What the plan needs of a query row's request: its rows, key length, first key row (flat)
+// and the row's visible key limit (contract sections 4 and 5); request -1: none (no key).
+struct TokenRequest {
+  int64_t batch_index;
+  int64_t seqlen_k;
+  int64_t first_key_row;
+  int64_t key_limit;
+  bool holds_token;
+};
+
+// Every load is independent of the others, so they go out in one round.
+__device__ __forceinline__ TokenRequest token_request(const PrefillParams& p, int64_t b,
+                                                      int64_t token) {
+  TokenRequest r{b, 0, 0, 0, false};
+  if (b < 0) return r;
+  const RowRange rows = clamped_range(p.cu_seqlens_q, b, p.total_q);
+  r.seqlen_k = request_seqlen_k(p.is_paged, p.cu_seqlens_k, p.seqused_k, b, p.total_k,
+                                p.max_pages);
+  if (!p.is_paged) r.first_key_row = clamped_range(p.cu_seqlens_k, b, p.total_k).begin;
+  const int64_t position = first_query_position(p.q_offset_mode, p.q_offset_value,
+                                                p.q_offset_per_request, b,
+                                                rows.end - rows.begin, r.seqlen_k) +
+                           (token - rows.begin);
+  r.key_limit = clamp_i64(key_limit(p.causal, position, r.seqlen_k), 0, r.seqlen_k);
+  r.holds_token = rows.begin <= token && token < rows.end;
+  return r;
+}
+
+// The first request whose rows hold `token`, 32 requests per round of loads (the warp); -1 for
+// a row outside every request.
+__device__ __forceinline__ int64_t search_request(const PrefillParams& p, int64_t token) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll 1
+  for (int64_t base = 0; base < p.batch_size; base += 32) {
+    const int64_t b = base + lane;
+    bool holds = false;
+    if (b < p.batch_size) {
+      const RowRange rows = clamped_range(p.cu_seqlens_q, b, p.total_q);
+      holds = rows.begin <= token && token < rows.end;
+    }
+    const uint32_t holders = __ballot_sync(0xffffffffu, holds);
+    if (holders != 0) return base + __ffs(holders) - 1;
+  }
+  return -1;
+}
+
+// Warp 0: the token's plan, as prefill_kernel's planning would make it for a one-token tile
+// (contract section 4; the union in entry order, first occurrences, as warp planning keeps it),
+// into the header and the union buffers. Lane l holds index entry l. Returns the union size.
+__device__ inline int plan_decode_token(const PrefillParams& p, const Smem& smem, int64_t token,
+                                        int kv_head) {
+  const int lane = threadIdx.x % 32;
+  // Round one: the entries and, on the guess that row `token` is request `token` (a decode
+  // batch: cu_seqlens_q = 0, 1, ..., B), that request's lengths and offset. Every lane loads
+  // the same request words (one transaction each); a wrong guess costs a search.
+  int32_t entry = -1;
+  if (lane < p.topk) {
+    entry = p.q2k_indices[kv_head * p.idx_stride_head + token * p.idx_stride_token +
+                          lane * p.idx_stride_topk];
+  }
+  TokenRequest request = token_request(p, token < p.batch_size ? token : -1, token);
+  if (!request.holds_token) request = token_request(p, search_request(p, token), token);
+  const int64_t limit = request.key_limit;
+  FLASHMSA_MARK_BY(0, kMarkLocated);
+  // Rule 1: the first negative entry ends the list (lanes past topk hold -1 and no entry).
+  const uint32_t negatives = __ballot_sync(0xffffffffu, lane < p.topk && entry < 0);
+  const int first_negative = negatives != 0 ? __ffs(negatives) - 1 : p.topk;
+  // Rule 2 (round two of loads, paged: the block's page): entries that select no key, or whose
+  // page is not a page, drop out.
+  int64_t coord = -1;
+  if (lane < first_negative && block_selects_keys(entry, limit, p.is_paged, p.max_pages)) {
+    coord = p.is_paged ? page_of_block(p.page_table, p.page_table_stride_batch,
+                                       p.page_table_stride_page, request.batch_index, entry,
+                                       p.num_pages)
+                       : request.first_key_row + static_cast<int64_t>(entry) * kBlockSize;
+  }
+  const int32_t block = coord >= 0 ? entry : -1;
+  // Rule 3: the union holds each block's first occurrence, in entry order.
+  const uint32_t same = __match_any_sync(0xffffffffu, block);
+  const bool is_first = block >= 0 && __ffs(same) - 1 == lane;
+  const uint32_t firsts = __ballot_sync(0xffffffffu, is_first);
+  if (is_first) {
+    const int slot = __popc(firsts & ((1u << lane) - 1));
+    smem.union_blocks()[slot] = block;
+    smem.union_coords()[slot] = static_cast<int32_t>(coord);
+  }
+  const int union_size = __popc(firsts);
+  if (lane == 0) {
+    SmemHeader& header = smem.header();
+    // A row outside every request is planned as request 0 with no key (prefill_kernel does the
+    // same): the consumers then write out = 0 and lse = -inf.
+    header.batch_index = request.batch_index >= 0 ? static_cast<int32_t>(request.batch_index) : 0;
+    header.tile_first_row = static_cast<int32_t>(token);  // the launch keeps total_q in int32
+    header.tile_num_tokens = 1;
+    header.request_seqlen_k = static_cast<int32_t>(request.seqlen_k);
+    header.union_size = union_size;
+    smem.token_key_limit()[0] = static_cast<int32_t>(limit);
+  }
+  __syncwarp();
+  FLASHMSA_MARK_BY(0, kMarkPlanned);
+  return union_size;
+}
+
+// Warps 1-4: the token's query rows (heads kv_head * G .. + G - 1; rows past G are zero) into
+// the swizzled Q buffer, 16 rows of 16 chunks, two chunks per thread.
+template <typename Element>
+__device__ __forceinline__ void load_decode_queries(const PrefillParams& p, const Smem& smem,
+                                                    int64_t token, int kv_head) {
+  constexpr int kChunksPerRow = kHeadDim * 2 / 16;
+  const int thread = threadIdx.x % 128;
+  uint4 value[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int c = thread + 128 * i, row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    value[i] = make_uint4(0, 0, 0, 0);
+    if (row < p.group_size) {
+      const Element* q = static_cast<const Element*>(p.q) + token * p.q_stride_token +
+                         (kv_head * p.group_size + row) * p.q_stride_head + chunk * 8;
+      value[i] = __ldg(reinterpret_cast<const uint4*>(q));
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int c = thread + 128 * i, row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    *reinterpret_cast<uint4*>(smem.q(0) + (chunk / 8) * kQPanelBytes + row * 128 +
+                              ((chunk % 8) ^ (row % 8)) * 16) = value[i];
+  }
+  FLASHMSA_MARK(kMarkQueriesLoaded);
+}
+
+template <typename Element, bool kTemperatureLse>
+__global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
+    decode_kernel(const __grid_constant__ PrefillParams params) {
+  extern __shared__ uint8_t shared_memory_raw[];
+  const uint32_t misalignment = smem_address(shared_memory_raw) % 1024;
+  const Smem smem{shared_memory_raw + (1024 - misalignment) % 1024, params.smem_layout};
+  const CtaWork work = cta_work(params);  // tiles_outer: one-token tile = query row
+  const int64_t token = work.tile;
+  SmemHeader& header = smem.header();
+
+  FLASHMSA_MARK(kMarkEntry);
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < params.smem_layout.num_stages; ++stage) {
+      mbarrier_init(&header.k_full[stage], 1);
+      mbarrier_init(&header.v_full[stage], 1);
+      mbarrier_init(&header.k_empty[stage], 128);
+      mbarrier_init(&header.v_empty[stage], 128);
+    }
+    mbarrier_init(&header.received_full, 1);
+    header.speculative_issued = 0;  // the consumer checks it; this kernel never speculates
+    fence_barrier_init();
+  } else if (threadIdx.x == 1) {
+    prefetch_tensor_map(&params.tma_k);
+    prefetch_tensor_map(&params.tma_v);
+  }
+  if (params.push_reduce) set_up_push<kTemperatureLse>(params, smem, work.split);
+  // Everything above overlaps the previous kernel's tail (programmatic dependent launch).
+  wait_for_previous_grid();
+  FLASHMSA_MARK(kMarkWaited);
+
+  if (threadIdx.x < 32) {
+    const int union_size = plan_decode_token(params, smem, token, work.kv_head);
+    // The plan (and, through thread 0's program order, the barriers' initialisation) is
+    // published to the consumers by the named barrier; the producer does not wait for them.
+    named_barrier_arrive(kPlanReadyBarrier, kDecodeThreads);
+    allow_next_grid_launch();
+    if (threadIdx.x == 0) {
+      produce(params, smem, tile_plan(header, union_size, work.split, params.num_splits),
+              work.kv_head, SpeculativeLoad{-1, -1});
+    }
+    return;
+  }
+  load_decode_queries<Element>(params, smem, token, work.kv_head);
+  named_barrier_sync(kPlanReadyBarrier, kDecodeThreads);
+  allow_next_grid_launch();
+  const TilePlan plan = tile_plan(header, header.union_size, work.split, params.num_splits);
+  consume_one_token<Element, kTemperatureLse>(params, smem, plan, work.kv_head, 0);
+}
+
+}  // namespace flashmsa::sm90

@@ -1,0 +1,21 @@
+// Declaration of the one-token decode kernel's launch (decode_kernel.cuh), one explicit
+// instantiation per q/K/V dtype (decode_bf16.cu, decode_fp16.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "sm90/params.h"
+
+namespace flashmsa::sm90 {
+
+// Threads of a one-token decode CTA (decode_kernel.cuh: kDecodeThreads).
+int one_token_decode_threads();
+
+template <typename Element>
+cudaError_t launch_one_token_decode(const PrefillParams& params, dim3 grid, bool temperature_lse,
+                                    cudaStream_t stream);
+
+// max_active_decode_clusters for the one-token decode kernel.
+int max_active_one_token_clusters(uint32_t shared_bytes, int cluster_size);
+
+}  // namespace flashmsa::sm90
