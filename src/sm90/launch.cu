@@ -273,9 +273,12 @@ TileConfig tile_config(const flashmsa_args& args) {
     if (!clusters_resident(c)) c.ctas_per_sm = 2;
   }
   c.cluster_reduce = decode_like && c.num_splits > 1;
-  // One CTA per SM leaves room for the leader's receive buffer (at most 7 x 8.1 KiB) beside two
-  // stages; two per SM would lose their only stage to it.
-  c.push_reduce = c.cluster_reduce && c.ctas_per_sm == 1 &&
+  // One CTA per SM leaves room for the receive buffer ((splits - 1) x 8.1 KiB) beside the
+  // stages. At two per SM it fits beside the one stage only for a few splits, and only without
+  // warp planning's scratch (the one-token kernel).
+  const bool receive_buffer_fits =
+      c.ctas_per_sm == 1 || (c.one_token_kernel && c.num_splits <= 4);
+  c.push_reduce = c.cluster_reduce && receive_buffer_fits &&
                   c.heads_per_chunk <= sm90::kDecodeRows &&
                   tuning_override("FLASHMSA_TUNE_PUSH", 1, 0, 1) != 0;
   c.tiles_outer = tuning_override("FLASHMSA_TUNE_TILES_OUTER", decode_like, 0, 1) != 0;

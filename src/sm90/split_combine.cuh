@@ -32,21 +32,17 @@ __device__ __forceinline__ void store_partial_row(float* row, float* lse_slot, f
   }
 }
 
-// log sum_i exp(values[i]) over values[0 .. count): the LSE of partials that have these LSEs
-// (-inf when all are -inf: none of them read a key).
-template <int kMax>
-__device__ __forceinline__ float log_sum_exp(const float (&values)[kMax], int count = kMax) {
+// log sum_i exp(values[i]): the LSE of partials that have these LSEs (-inf when all are -inf:
+// none of them read a key).
+template <int kCount>
+__device__ __forceinline__ float log_sum_exp(const float (&values)[kCount]) {
   float maximum = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kMax; ++i) {
-    if (i < count) maximum = fmaxf(maximum, values[i]);
-  }
+  for (int i = 0; i < kCount; ++i) maximum = fmaxf(maximum, values[i]);
   if (maximum == -INFINITY) return -INFINITY;
   float total = 0.f;
 #pragma unroll
-  for (int i = 0; i < kMax; ++i) {
-    if (i < count) total += __expf(values[i] - maximum);
-  }
+  for (int i = 0; i < kCount; ++i) total += __expf(values[i] - maximum);
   return maximum + __logf(total);
 }
 
