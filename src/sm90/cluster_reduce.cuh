@@ -69,11 +69,61 @@ __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumula
 // Splits whose partials the pull reads at once (its registers: four per split).
 constexpr int kPullBatch = 8;
 
-// All consumer threads of every CTA of the cluster, after publish_partial.
+// One warp: row `row` of the tile's partial combined over the splits and written out. Lane
+// s < splits reads split s's LSEs (lse_of(s), lse_t_of(s)); every lane then combines columns
+// 4 * lane .. + 3 (value_of(s): a float4), requesting up to kPullBatch splits' values before it
+// uses the first: one shared-memory latency per batch of splits instead of one per split.
+template <typename Element, bool kTemperatureLse, typename LseOf, typename LseTOf,
+          typename ValueOf>
+__device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, int splits,
+                                                        int64_t token, int64_t head,
+                                                        LseOf lse_of, LseTOf lse_t_of,
+                                                        ValueOf value_of) {
+  const int lane = threadIdx.x % 32;
+  // Lane s < splits holds split s's LSEs (splits <= kMaxClusterSplits <= 32).
+  float lse_part[2] = {-INFINITY, -INFINITY}, lse_t_part[2] = {-INFINITY, -INFINITY};
+  if (lane < splits) {
+    lse_part[0] = lse_of(lane);
+    if (kTemperatureLse) lse_t_part[0] = lse_t_of(lane);
+  }
+  const float lse = warp_log_sum_exp(lse_part);
+  const float weight = lse == -INFINITY ? 0.f : __expf(lse_part[0] - lse);
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (lse != -INFINITY) {
+#pragma unroll 1
+    for (int first = 0; first < splits; first += kPullBatch) {
+      float4 value[kPullBatch];
+#pragma unroll
+      for (int s = 0; s < kPullBatch; ++s) {
+        if (first + s < splits) value[s] = value_of(first + s);
+      }
+#pragma unroll
+      for (int s = 0; s < kPullBatch; ++s) {
+        const float w = __shfl_sync(0xffffffffu, weight, first + s);
+        if (first + s >= splits) continue;
+        sum.x += w * value[s].x;
+        sum.y += w * value[s].y;
+        sum.z += w * value[s].z;
+        sum.w += w * value[s].w;
+      }
+    }
+  }
+  store4(static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) + 4 * lane, sum);
+  const float lse_t = kTemperatureLse ? warp_log_sum_exp(lse_t_part) : 0.f;
+  if (lane == 0) {
+    if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = lse;
+    if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = lse_t;
+  }
+}
+
+// All consumer threads of every CTA of the cluster, after publish_partial: CTA r's warp w
+// combines rows r + S w, r + S (w + 4), ... of all S partials, read through distributed shared
+// memory.
 template <typename Element, bool kTemperatureLse>
 __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& smem,
                                            const TilePlan& plan, int kv_head, int head_chunk) {
-  if (p.push_reduce) cluster_wait();  // the entry's arrival (set_up_push) ends its phase here
+  // A multi-token tile of a push launch: the entry's arrival (set_up_push) ends its phase here.
+  if (p.push_reduce) cluster_wait();
   cluster_barrier_sync();  // every split's partial is in its shared memory
   FLASHMSA_MARK(kMarkClusterJoined);
   const int splits = p.num_splits, rank = plan.split;
@@ -82,50 +132,17 @@ __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& s
   for (int row = rank + splits * warp; row < kRowsPerWarpgroup; row += 4 * splits) {
     const RowSource source = row_source(p, plan, 0, head_chunk, row);
     if (!source.valid) continue;  // warp-uniform
-    // Lane s < splits holds split s's LSEs (splits <= kMaxClusterSplits <= 32).
-    float lse_part[2] = {-INFINITY, -INFINITY}, lse_t_part[2] = {-INFINITY, -INFINITY};
-    if (lane < splits) {
-      lse_part[0] = load_cluster_shared(cluster_shared_address(&partial_lse_rows(smem)[row], lane));
-      if (kTemperatureLse) {
-        lse_t_part[0] =
-            load_cluster_shared(cluster_shared_address(&partial_lse_t_rows(smem)[row], lane));
-      }
-    }
-    const float lse = warp_log_sum_exp(lse_part);
-    const float weight = lse == -INFINITY ? 0.f : __expf(lse_part[0] - lse);
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (lse != -INFINITY) {
-      // Up to kPullBatch splits' values are requested before the first is used: one
-      // distributed-shared-memory latency per batch of splits instead of one per split.
-      const float* mine = partial_out_rows(smem) + row * kHeadDim + 4 * lane;
-#pragma unroll 1
-      for (int first = 0; first < splits; first += kPullBatch) {
-        float4 value[kPullBatch];
-#pragma unroll
-        for (int s = 0; s < kPullBatch; ++s) {
-          if (first + s < splits) {
-            value[s] = load_cluster_shared4(cluster_shared_address(mine, first + s));
-          }
-        }
-#pragma unroll
-        for (int s = 0; s < kPullBatch; ++s) {
-          const float w = __shfl_sync(0xffffffffu, weight, first + s);
-          if (first + s >= splits) continue;
-          sum.x += w * value[s].x;
-          sum.y += w * value[s].y;
-          sum.z += w * value[s].z;
-          sum.w += w * value[s].w;
-        }
-      }
-    }
-    const int64_t token = plan.first_row + source.tile_token;
-    const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + source.head;
-    store4(static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) + 4 * lane, sum);
-    const float lse_t = kTemperatureLse ? warp_log_sum_exp(lse_t_part) : 0.f;
-    if (lane == 0) {
-      if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = lse;
-      if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = lse_t;
-    }
+    const float* values = partial_out_rows(smem) + row * kHeadDim + 4 * lane;
+    combine_row_over_splits<Element, kTemperatureLse>(
+        p, splits, plan.first_row + source.tile_token,
+        static_cast<int64_t>(kv_head) * p.group_size + source.head,
+        [&](int s) {
+          return load_cluster_shared(cluster_shared_address(&partial_lse_rows(smem)[row], s));
+        },
+        [&](int s) {
+          return load_cluster_shared(cluster_shared_address(&partial_lse_t_rows(smem)[row], s));
+        },
+        [&](int s) { return load_cluster_shared4(cluster_shared_address(values, s)); });
   }
   FLASHMSA_MARK(kMarkReduced);
   cluster_barrier_sync();  // no CTA leaves while another still reads its shared memory
@@ -202,71 +219,77 @@ __device__ __forceinline__ void push_partial(const Smem& smem, int split, int sp
   }
 }
 
-// log sum exp of `own` and the received LSEs at `row` (lse_of(slot) points at a slot's LSEs),
-// in rolled loops: the combine runs once per CTA, cold, and its unrolled form (sixteen-way) took
-// 1.7 us of a 9 us batch-1 call on the timeline (docs/performance.md).
-template <typename LseOf>
-__device__ __forceinline__ float combined_lse(float own, int splits, int row, LseOf lse_of) {
-  float maximum = own;
-#pragma unroll 1
-  for (int s = 0; s < splits - 1; ++s) maximum = fmaxf(maximum, lse_of(s)[row]);
-  if (maximum == -INFINITY) return -INFINITY;
-  float total = __expf(own - maximum);
-#pragma unroll 1
-  for (int s = 0; s < splits - 1; ++s) total += __expf(lse_of(s)[row] - maximum);
-  return maximum + __logf(total);
+// Where an owner keeps its own rows of its partial for the combine: the first V stage, past the
+// warp partials' LSEs (decode_consumer.cuh), which the merge reads before these are written.
+__device__ __forceinline__ float* own_partial_rows(const Smem& smem) {
+  return reinterpret_cast<float*>(smem.v(0)) + 1024;
 }
-
-// Every consumer thread whose row this split owns: waits for the other splits' pushes and folds
-// them into its own share (lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) out_s), one
-// received split per iteration of a rolled loop (see combined_lse).
-template <bool kTemperatureLse>
-__device__ __forceinline__ void combine_pushed_partials(const Smem& smem, int splits, int row,
-                                                        int column, RowPartial& partial) {
-  mbarrier_wait(&smem.header().received_full, 0);
-  FLASHMSA_MARK(kMarkClusterJoined);
-  const float lse = combined_lse(partial.lse, splits, row,
-                                 [&](int slot) { return smem.received_lse(slot); });
-  const float own_weight = lse == -INFINITY ? 0.f : __expf(partial.lse - lse);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    partial.value[i].x *= own_weight;
-    partial.value[i].y *= own_weight;
-    partial.value[i].z *= own_weight;
-    partial.value[i].w *= own_weight;
-  }
-  if (lse != -INFINITY) {
-#pragma unroll 1
-    for (int s = 0; s < splits - 1; ++s) {
-      add_weighted_share(partial.value, __expf(smem.received_lse(s)[row] - lse),
-                         smem.received_rows(s) + row * kHeadDim + column);
-    }
-  }
-  partial.lse = lse;
-  if (kTemperatureLse) {
-    partial.lse_t = combined_lse(partial.lse_t, splits, row,
-                                 [&](int slot) { return smem.received_lse_t(slot); });
-  }
-  FLASHMSA_MARK(kMarkReduced);
+__device__ __forceinline__ float* own_partial_lse(const Smem& smem) {
+  return own_partial_rows(smem) + kDecodeRows * kHeadDim;
 }
+__device__ __forceinline__ float* own_partial_lse_t(const Smem& smem) {
+  return own_partial_lse(smem) + kDecodeRows;
+}
+static_assert((1024 + kDecodeRows * (kHeadDim + 2)) * sizeof(float) <= kKvTileBytes,
+              "an owner's rows must fit in the first V stage");
 
 // A one-token tile's cluster reduction, every consumer thread, with its share of this split's
-// partial: returns whether the thread's row is this split's to write (then `partial` is the
-// combined one). The split's first consumer thread arrives on received_full for the CTA (its
-// count is one), whatever its row.
-template <bool kTemperatureLse>
-__device__ __forceinline__ bool reduce_by_push(const PrefillParams& p, const Smem& smem,
-                                               int split, int row, int column,
-                                               RowPartial& partial) {
-  const int splits = p.num_splits;
+// partial (row `row`, columns column .. + 15). Rows another split owns are pushed to it; rows
+// this split owns go to own_partial_rows, and once every push has landed, warp w combines the
+// owned rows w, w + 4, ... (of this split's) over all splits, one warp per row
+// (combine_row_over_splits): eight threads combining a row one split after the other took
+// 1.9 us of batch 1's 8.6 (docs/performance.md). The split's first consumer thread arrives on
+// received_full for the CTA (its count is one).
+template <typename Element, bool kTemperatureLse>
+__device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Smem& smem,
+                                               const TilePlan& plan, int kv_head,
+                                               int head_chunk, int row, int column,
+                                               const RowPartial& partial) {
+  const int splits = p.num_splits, split = plan.split;
   if (threadIdx.x % 128 == 0) mbarrier_arrive(&smem.header().received_full);
   cluster_wait();  // every split's received_full is initialised and armed
   if (row_owner(row, splits) != split) {
     push_partial<kTemperatureLse>(smem, split, splits, row, column, partial);
-    return false;
+  } else {
+    float4* own = reinterpret_cast<float4*>(own_partial_rows(smem) + row * kHeadDim + column);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) own[i] = partial.value[i];
+    if (column == 0) {
+      own_partial_lse(smem)[row] = partial.lse;
+      if (kTemperatureLse) own_partial_lse_t(smem)[row] = partial.lse_t;
+    }
   }
-  combine_pushed_partials<kTemperatureLse>(smem, splits, row, column, partial);
-  return true;
+  constexpr uint32_t kConsumerBarrier = 1;  // the warpgroup's own
+  named_barrier_sync(kConsumerBarrier, 128);  // own rows written
+  const int owned = rows_owned(split, splits);
+  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  if (warp >= owned) return;
+  mbarrier_wait(&smem.header().received_full, 0);
+  FLASHMSA_MARK(kMarkClusterJoined);
+#pragma unroll 1
+  for (int i = warp; i < owned; i += 4) {
+    const int owned_row = split + splits * i;
+    const RowSource source = row_source(p, plan, 0, head_chunk, owned_row);
+    if (!source.valid) continue;  // warp-uniform
+    // Split s's row: this split's own, or the receive slot of sender s.
+    auto lse_of = [&](int s) {
+      return s == split ? own_partial_lse(smem)[owned_row]
+                        : smem.received_lse(receive_slot(s, split))[owned_row];
+    };
+    auto lse_t_of = [&](int s) {
+      return s == split ? own_partial_lse_t(smem)[owned_row]
+                        : smem.received_lse_t(receive_slot(s, split))[owned_row];
+    };
+    auto value_of = [&](int s) {
+      const float* rows = s == split ? own_partial_rows(smem)
+                                     : smem.received_rows(receive_slot(s, split));
+      return *reinterpret_cast<const float4*>(rows + owned_row * kHeadDim + 4 * lane);
+    };
+    combine_row_over_splits<Element, kTemperatureLse>(
+        p, splits, plan.first_row + source.tile_token,
+        static_cast<int64_t>(kv_head) * p.group_size + source.head, lse_of, lse_t_of, value_of);
+  }
+  FLASHMSA_MARK(kMarkReduced);
 }
 
 }  // namespace flashmsa::sm90

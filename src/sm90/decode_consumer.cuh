@@ -225,11 +225,12 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   RowPartial partial = merge_warp_partials<kTemperatureLse>(smem, row, column);
 
   if (p.push_reduce) {  // launch.cu sets it only with cluster_reduce
-    if (!reduce_by_push<kTemperatureLse>(p, smem, plan.split, row, column, partial)) {
-      FLASHMSA_TIMELINE_PRINT();
-      return;
-    }
-  } else if (p.cluster_reduce) {
+    reduce_by_push<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk, row, column,
+                                             partial);
+    FLASHMSA_TIMELINE_PRINT();
+    return;
+  }
+  if (p.cluster_reduce) {
     // This CTA's partial, as publish_partial leaves it, for the cluster's reduction. Rows of
     // the warp partials are read by now; row `row` of the CTA partial overlaps warp 0's.
     named_barrier_sync(kConsumerBarrier, 128);
