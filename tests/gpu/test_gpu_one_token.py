@@ -1,0 +1,98 @@
+"""The one-token decode kernel (src/sm90/decode_kernel.cuh) on the paths that the decode batches
+of test_gpu_decode.py (paged, one row per request, M3 heads, causal, default offsets) do not
+take:
+- rows whose request is not the one of their own index: ragged query lengths that still sum to
+  the batch size (the kernel's guess fails and it searches cu_seqlens_q), and a row outside
+  every request (it reads nothing: out = 0, lse = -inf);
+- flat K/V, explicit q_offset (an int and one per request), non-causal calls;
+- topk at the kernel's limit (32) and one past it (prefill_kernel), with garbage indices;
+- group sizes 1 and 17 (17 is past the kernel's 16: prefill_kernel), fp16;
+- flat and paged calls on the same logical data, bitwise equal.
+Each result is compared with the CPU backend and the fp64 reference (gpu_harness)."""
+import pytest
+import torch
+
+from gpu_harness import (DEVICE, assert_bitwise, check_gpu_result, garbage_indices, make_case,
+                         run_gpu)
+
+M3 = dict(num_qo_heads=64, num_kv_heads=4)
+LENGTHS = [30000, 0, 127, 4097, 129, 9000, 256, 20000]
+
+
+@pytest.mark.parametrize("layout", ["paged", "flat"])
+def test_one_token_ragged_rows(layout):
+    """Eight rows over eight requests, but 0, 2, 1, 0, 3, 1, 0 and 1 rows each: most rows are
+    not in the request of their index."""
+    seqlens_q = [0, 2, 1, 0, 3, 1, 0, 1]
+    case = make_case(f"one-token-ragged-{layout}", seqlens_q, LENGTHS, M3["num_qo_heads"],
+                     M3["num_kv_heads"], 16, True, seed=201, layout=layout)
+    check_gpu_result(case, run_gpu(case))
+
+
+def test_one_token_row_outside_requests():
+    """cu_seqlens_q = 1, 2, ..., 6, 6: row 0 belongs to no request (out = 0, lse = -inf), row t
+    to request t - 1, and the last request has no row."""
+    batch = 6
+    case = make_case("one-token-row-outside", [1] * batch, LENGTHS[:batch], M3["num_qo_heads"],
+                     M3["num_kv_heads"], 16, True, seed=202, layout="paged")
+    cu_seqlens_q = torch.tensor(list(range(1, batch + 1)) + [batch], dtype=torch.int32)
+    case.with_gpu(cu_seqlens_q=cu_seqlens_q.to(DEVICE))
+    got = run_gpu(case)
+    out, lse, lse_t = got
+    assert bool((out[0] == 0).all()), f"[{case.name}] row 0 reads nothing: out must be 0"
+    assert bool(torch.isneginf(lse[0]).all() and torch.isneginf(lse_t[0]).all()), (
+        f"[{case.name}] row 0 reads nothing: lse and lse_t must be -inf")
+    # The fp64 reference maps rows to requests by cu_seqlens_q[1:], which places row 0 in
+    # request 0: it evaluates rows 1.. only; the CPU backend is compared on every row.
+    check_gpu_result(case, got, rows=torch.arange(1, batch, device=DEVICE))
+
+
+OFFSETS = {"non-causal": (None, False), "int": (5000, True),
+           "per-request": ([0, 7, -3, 40000, 129, 4096, 300, 19999], True)}
+
+
+@pytest.mark.parametrize("offsets", sorted(OFFSETS))
+def test_one_token_flat_offsets(offsets):
+    q_offset, causal = OFFSETS[offsets]
+    case = make_case(f"one-token-flat-offsets-{offsets}", [1] * len(LENGTHS), LENGTHS,
+                     M3["num_qo_heads"], M3["num_kv_heads"], 16, causal, seed=203,
+                     layout="flat", q_offset=q_offset)
+    check_gpu_result(case, run_gpu(case))
+
+
+@pytest.mark.parametrize("topk", [32, 33])
+def test_one_token_topk_limits_garbage_indices(topk):
+    """topk 32 fills the planning warp's lanes; 33 runs prefill_kernel. Garbage ids (contract
+    section 4: huge, negative mid-list, duplicated, unsorted, past the request) in both."""
+    lengths = [30000, 9000, 4097, 129, 20000, 5000, 300]
+    case = make_case(f"one-token-topk{topk}-garbage", [1] * len(lengths), lengths,
+                     M3["num_qo_heads"], M3["num_kv_heads"], topk, True, seed=204 + topk,
+                     layout="paged")
+    q2k = garbage_indices(case.cpu["q2k_indices"], num_blocks_min=2,
+                          generator=torch.Generator().manual_seed(topk))
+    case.with_gpu(q2k_indices=q2k.to(DEVICE))
+    check_gpu_result(case, run_gpu(case))
+
+
+@pytest.mark.parametrize("heads", [(4, 4), (68, 4)], ids=["g1", "g17"])
+def test_one_token_group_size_edges_fp16(heads):
+    num_qo_heads, num_kv_heads = heads
+    case = make_case(f"one-token-hq{num_qo_heads}-hkv{num_kv_heads}-fp16", [1] * 5,
+                     LENGTHS[:5], num_qo_heads, num_kv_heads, 16, True, dtype=torch.float16,
+                     seed=206, layout="paged")
+    check_gpu_result(case, run_gpu(case))
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_one_token_flat_equals_paged(batch):
+    """Same logical data (same seed) through a flat and a paged cache: bitwise equal outputs
+    (contract section 6), at batch 1 (eight splits in a cluster) and 5."""
+    lengths = LENGTHS[:batch] if batch > 1 else [30000]
+    flat = make_case(f"one-token-flat-b{batch}", [1] * batch, lengths, M3["num_qo_heads"],
+                     M3["num_kv_heads"], 16, True, seed=207, layout="flat")
+    paged = make_case(f"one-token-paged-b{batch}", [1] * batch, lengths, M3["num_qo_heads"],
+                      M3["num_kv_heads"], 16, True, seed=207, layout="paged")
+    got_flat, got_paged = run_gpu(flat), run_gpu(paged)
+    for what, a, b in zip(("out", "lse", "lse_t"), got_paged, got_flat):
+        assert_bitwise(paged.name, f"{what}: paged vs flat", a, b)
+    check_gpu_result(paged, got_paged)
