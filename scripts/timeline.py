@@ -32,7 +32,9 @@ def run_cases():
 
 
 PHASES = ("waited", "located", "entries", "negatives", "candidates", "deduplicated", "compacted",
-          "planned", "q", "first_k", "scores", "softmax", "first_v", "last_k", "loop", "published", "joined", "reduced", "end")
+          "planned", "issued", "q", "first_k", "scores", "softmax", "first_v", "last_k", "loop",
+          "published", "merged", "cluster_ready", "pushed", "owners_ready", "joined",
+          "lse_combined", "reduced", "end")
 
 
 def parse(lines):

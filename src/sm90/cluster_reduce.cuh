@@ -87,6 +87,7 @@ __device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, 
     if (kTemperatureLse) lse_t_part[0] = lse_t_of(lane);
   }
   const float lse = warp_log_sum_exp(lse_part);
+  FLASHMSA_MARK(kMarkLseCombined);
   const float weight = lse == -INFINITY ? 0.f : __expf(lse_part[0] - lse);
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
   if (lse != -INFINITY) {
@@ -248,6 +249,7 @@ __device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Sme
   const int splits = p.num_splits, split = plan.split;
   if (threadIdx.x % 128 == 0) mbarrier_arrive(&smem.header().received_full);
   cluster_wait();  // every split's received_full is initialised and armed
+  FLASHMSA_MARK(kMarkClusterReady);
   if (row_owner(row, splits) != split) {
     push_partial<kTemperatureLse>(smem, split, splits, row, column, partial);
   } else {
@@ -259,8 +261,10 @@ __device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Sme
       if (kTemperatureLse) own_partial_lse_t(smem)[row] = partial.lse_t;
     }
   }
+  FLASHMSA_MARK(kMarkPushed);
   constexpr uint32_t kConsumerBarrier = 1;  // the warpgroup's own
   named_barrier_sync(kConsumerBarrier, 128);  // own rows written
+  FLASHMSA_MARK(kMarkOwnersReady);
   const int owned = rows_owned(split, splits);
   const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   if (warp >= owned) return;

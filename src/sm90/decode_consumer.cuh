@@ -223,6 +223,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   // Merge the four warps: thread t combines row t / 8, columns 16 * (t % 8) .. + 15.
   const int row = thread / 8, column = 16 * (thread % 8);
   RowPartial partial = merge_warp_partials<kTemperatureLse>(smem, row, column);
+  FLASHMSA_MARK(kMarkMerged);
 
   if (p.push_reduce) {  // launch.cu sets it only with cluster_reduce
     reduce_by_push<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk, row, column,

@@ -9,6 +9,7 @@
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
 #include "sm90/ptx.cuh"
+#include "sm90/timeline.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -102,6 +103,7 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
     const int32_t coord = smem.union_coords()[plan.slice_begin + i];  // flat: row; paged: page
     load(false, i, coord);
     load(true, i, coord);
+    FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstIssued);
   }
 }
 

@@ -19,7 +19,11 @@ enum TimelineMark {
   kMarkEntry, kMarkWaited, kMarkLocated, kMarkEntriesRead, kMarkNegativesCut, kMarkCandidates,
   kMarkSorted, kMarkCompacted, kMarkPlanned, kMarkQueriesLoaded, kMarkFirstK, kMarkFirstV,
   kMarkLastK, kMarkLoopDone, kMarkFirstScores, kMarkFirstSoftmax, kMarkPublished,
-  kMarkClusterJoined, kMarkReduced, kNumMarks
+  kMarkClusterJoined, kMarkReduced,
+  // The end of a one-token tile, step by step (thread 128: an owner in split 0's CTA, a pusher
+  // in the others), and the producer's first issue (thread 0).
+  kMarkMerged, kMarkClusterReady, kMarkPushed, kMarkOwnersReady, kMarkLseCombined,
+  kMarkFirstIssued, kNumMarks
 };
 
 // CTAs past this many are not recorded (the timeline cases have at most 512).
@@ -57,13 +61,16 @@ __device__ __forceinline__ void timeline_print() {
   printf("TL cta %d entry_abs %llu waited %llu located %llu entries %llu negatives %llu "
          "candidates %llu deduplicated %llu compacted %llu planned %llu q %llu first_k %llu "
          "scores %llu softmax %llu first_v %llu last_k %llu loop %llu published %llu joined %llu "
-         "reduced %llu end %llu\n",
+         "reduced %llu merged %llu cluster_ready %llu pushed %llu owners_ready %llu "
+         "lse_combined %llu issued %llu end %llu\n",
          blockIdx.x, entry, since(kMarkWaited), since(kMarkLocated), since(kMarkEntriesRead),
          since(kMarkNegativesCut), since(kMarkCandidates), since(kMarkSorted),
          since(kMarkCompacted), since(kMarkPlanned), since(kMarkQueriesLoaded),
          since(kMarkFirstK), since(kMarkFirstScores), since(kMarkFirstSoftmax),
          since(kMarkFirstV), since(kMarkLastK), since(kMarkLoopDone), since(kMarkPublished),
-         since(kMarkClusterJoined), since(kMarkReduced), end - entry);
+         since(kMarkClusterJoined), since(kMarkReduced), since(kMarkMerged),
+         since(kMarkClusterReady), since(kMarkPushed), since(kMarkOwnersReady),
+         since(kMarkLseCombined), since(kMarkFirstIssued), end - entry);
 }
 
 }  // namespace flashmsa::sm90
@@ -73,6 +80,8 @@ __device__ __forceinline__ void timeline_print() {
   ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark, thread)
 #define FLASHMSA_MARK_IF(condition, mark) \
   if (condition) ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark)
+#define FLASHMSA_MARK_IF_BY(condition, thread, mark) \
+  if (condition) ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark, thread)
 #define FLASHMSA_TIMELINE_PRINT() ::flashmsa::sm90::timeline_print()
 
 #else
@@ -80,6 +89,7 @@ __device__ __forceinline__ void timeline_print() {
 #define FLASHMSA_MARK(mark) ((void)0)
 #define FLASHMSA_MARK_BY(thread, mark) ((void)0)
 #define FLASHMSA_MARK_IF(condition, mark) ((void)0)
+#define FLASHMSA_MARK_IF_BY(condition, thread, mark) ((void)0)
 #define FLASHMSA_TIMELINE_PRINT() ((void)0)
 
 #endif
