@@ -7,6 +7,7 @@ take:
 - flat K/V, explicit q_offset (an int and one per request), non-causal calls;
 - topk at the kernel's limit (32) and one past it (prefill_kernel), with garbage indices;
 - group sizes 1 and 17 (17 is past the kernel's 16: prefill_kernel), fp16;
+- the split reductions forced through the tune overrides (pull and push at two CTAs per SM);
 - flat and paged calls on the same logical data, bitwise equal.
 Each result is compared with the CPU backend and the fp64 reference (gpu_harness)."""
 import pytest
@@ -96,3 +97,22 @@ def test_one_token_flat_equals_paged(batch):
     for what, a, b in zip(("out", "lse", "lse_t"), got_paged, got_flat):
         assert_bitwise(paged.name, f"{what}: paged vs flat", a, b)
     check_gpu_result(paged, got_paged)
+
+
+REDUCTIONS = {"pull-two-per-sm": (8, "0"), "push-two-per-sm": (3, "0"),
+              "push-one-per-sm": (2, "1")}
+
+
+@pytest.mark.parametrize("reduction", sorted(REDUCTIONS))
+def test_one_token_reduction_paths(reduction, monkeypatch):
+    """The split reductions that the H200's default split rule never picks for this kernel but
+    other SM counts and the cluster-residency fallback can: two CTAs per SM with more than four
+    splits (the pull), with at most four (the push beside one stage), and one per SM (the push),
+    forced through launch.cu's measurement overrides. Temperature LSEs included."""
+    splits, deep_pipeline = REDUCTIONS[reduction]
+    monkeypatch.setenv("FLASHMSA_TUNE_SPLITS", str(splits))
+    monkeypatch.setenv("FLASHMSA_TUNE_DEEP_PIPELINE", deep_pipeline)
+    case = make_case(f"one-token-{reduction}", [1] * 5, LENGTHS[:5], M3["num_qo_heads"],
+                     M3["num_kv_heads"], 16, True, seed=208, layout="paged",
+                     scalars=dict(lse_temperature_scale=0.7))
+    check_gpu_result(case, run_gpu(case))
