@@ -145,6 +145,7 @@ struct TileConfig {
 // Measurement overrides of the shape-derived launch choices, for sweeps on the GPU machine
 // (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS, FLASHMSA_TUNE_TILES_OUTER,
 // FLASHMSA_TUNE_EVICT_FIRST, FLASHMSA_TUNE_SPECULATE and FLASHMSA_TUNE_DEEP_PIPELINE (0 or 1),
+// FLASHMSA_TUNE_ONE_TOKEN (0: never the one-token kernel, 2: also for up to 8 rows a request),
 // FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFILL_STAGES
 // (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
 // cluster reductions pull instead of push). Unset, or not a number in
@@ -202,16 +203,21 @@ TileConfig tile_config(const flashmsa_args& args) {
   // Decode-like calls (at most one warpgroup's tokens per request on average) run the
   // one-consumer kernel, two CTAs per SM, with tiles of one warpgroup's tokens.
   const int32_t rows_tokens = sm90::kRowsPerWarpgroup / c.heads_per_chunk;
-  const bool decode_like = args.total_q <= args.batch_size * rows_tokens;
+  // One query row per request (decode batches), at most 16 heads per KV head and 32 index
+  // entries per row: the one-token decode kernel, whose tiles are single rows.
+  // FLASHMSA_TUNE_ONE_TOKEN=2 (a measurement) also sends calls of up to 8 rows per request
+  // there (multi-token prediction), each row its own tile.
+  const int32_t one_token_mode = tuning_override("FLASHMSA_TUNE_ONE_TOKEN", 1, 0, 2);
+  const bool one_token_shape = args.total_q <= INT32_MAX && group_size <= sm90::kDecodeRows &&
+                               topk <= 32;
+  c.one_token_kernel =
+      one_token_shape && ((one_token_mode >= 1 && args.total_q == args.batch_size) ||
+                          (one_token_mode == 2 && args.total_q <= 8 * args.batch_size));
+  const bool decode_like = args.total_q <= args.batch_size * rows_tokens || c.one_token_kernel;
   c.num_consumer_warpgroups = decode_like ? 1 : 2;
   c.ctas_per_sm = decode_like ? 2 : 1;
   c.tokens_per_warpgroup =
       std::min(rows_tokens, sm90::kMaxCandidates / (c.num_consumer_warpgroups * topk));
-  // One query row per request (decode batches), at most 16 heads per KV head and 32 index
-  // entries per row: the one-token decode kernel, whose tiles are single rows.
-  c.one_token_kernel = decode_like && args.total_q == args.batch_size &&
-                       args.total_q <= INT32_MAX && group_size <= sm90::kDecodeRows &&
-                       topk <= 32 && tuning_override("FLASHMSA_TUNE_ONE_TOKEN", 1, 0, 1) != 0;
   if (c.one_token_kernel) c.tokens_per_warpgroup = 1;
   c.tokens_per_tile = c.num_consumer_warpgroups * c.tokens_per_warpgroup;
   // Tiles never straddle requests, so there are at most ceil(total_q / T) + B of them, plus two
