@@ -7,7 +7,8 @@ take:
 - flat K/V, explicit q_offset (an int and one per request), non-causal calls;
 - topk at the kernel's limit (32) and one past it (prefill_kernel), with garbage indices;
 - group sizes 1 and 17 (17 is past the kernel's 16: prefill_kernel), fp16;
-- the split reductions forced through the tune overrides (pull and push at two CTAs per SM);
+- the split reductions forced through the tune overrides (pull and push at two CTAs per SM),
+  and requests of 2 and 8 rows sent to the kernel by FLASHMSA_TUNE_ONE_TOKEN=2;
 - flat and paged calls on the same logical data, bitwise equal.
 Each result is compared with the CPU backend and the fp64 reference (gpu_harness)."""
 import pytest
@@ -115,4 +116,18 @@ def test_one_token_reduction_paths(reduction, monkeypatch):
     case = make_case(f"one-token-{reduction}", [1] * 5, LENGTHS[:5], M3["num_qo_heads"],
                      M3["num_kv_heads"], 16, True, seed=208, layout="paged",
                      scalars=dict(lse_temperature_scale=0.7))
+    check_gpu_result(case, run_gpu(case))
+
+
+@pytest.mark.parametrize("qlen", [2, 8])
+def test_one_token_kernel_for_multi_row_requests(qlen, monkeypatch):
+    """FLASHMSA_TUNE_ONE_TOKEN=2 (a measurement of multi-token prediction on this kernel) sends
+    requests of up to 8 rows here, each row its own tile: the row's request is never its own
+    index, so every plan takes the search, and rows of one request have their own causal
+    positions."""
+    monkeypatch.setenv("FLASHMSA_TUNE_ONE_TOKEN", "2")
+    lengths = [30000, 4097, 129, 9000]
+    case = make_case(f"one-token-forced-q{qlen}", [qlen] * len(lengths), lengths,
+                     M3["num_qo_heads"], M3["num_kv_heads"], 16, True, seed=209 + qlen,
+                     layout="paged")
     check_gpu_result(case, run_gpu(case))
