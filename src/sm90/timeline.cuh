@@ -1,11 +1,13 @@
 // Device timeline for diagnosis, compiled in only with -DFLASHMSA_TIMELINE=ON (CMake option; the
-// release kernels contain none of it). One thread of every CTA (thread 128, the first consumer
-// thread, which also takes part in block-wide planning; warp planning's phases are marked by
-// thread 0) stores %globaltimer at phase boundaries into a device array, and after its epilogue
-// prints its CTA's row: the entry time in absolute ns, then each phase in ns from entry, 0 for a
-// phase the CTA did not reach (`TL cta ...` lines; scripts/timeline.py summarises them over the
-// CTAs and lists the slowest). Stores, not printf, at the marks: a printf costs tens of
-// microseconds and would be the timeline.
+// release kernels contain none of it). One thread of every CTA (thread 128, a consumer thread,
+// which also takes part in block-wide planning; planning and the producer's marks are thread 0's)
+// stores the SM's cycle counter at phase boundaries into a device array, and after its epilogue
+// prints its CTA's row: the entry time in absolute ns (%globaltimer), then each phase in ns from
+// entry, 0 for a phase the CTA did not reach (`TL cta ...` lines; scripts/timeline.py summarises
+// them over the CTAs and lists the slowest). The cycles become ns through the CTA's own ratio of
+// %globaltimer to cycles between entry and print: a mark is then one clock read and one store,
+// with no global-timer read in the phase it measures. Stores, not printf, at the marks: a printf
+// costs tens of microseconds and would be the timeline.
 #pragma once
 
 #include <stdint.h>
@@ -28,49 +30,64 @@ enum TimelineMark {
 
 // CTAs past this many are not recorded (the timeline cases have at most 512).
 constexpr int kTimelineCtas = 2048;
-__device__ uint64_t g_timeline[kTimelineCtas][kNumMarks];
+__device__ uint64_t g_timeline[kTimelineCtas][kNumMarks];  // clock64 at each mark
+__device__ uint64_t g_timeline_entry_ns[kTimelineCtas];     // %globaltimer at entry
 
 __device__ __forceinline__ int timeline_slot(int thread = 128) {
   if (threadIdx.x != thread) return -1;
   return blockIdx.x < kTimelineCtas ? static_cast<int>(blockIdx.x) : -1;
 }
 
-__device__ __forceinline__ uint64_t timeline_now() {
+__device__ __forceinline__ uint64_t timeline_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
 
+__device__ __forceinline__ uint64_t timeline_cycles() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+  return t;
+}
+
 // The entry mark clears the CTA's row (an earlier call's values would pass for this one's); the
-// marks by thread 0 come after the first block barrier, which orders them after the clearing.
+// marks by thread 0 come later (after the first block barrier, or after planning's loads).
 __device__ __forceinline__ void timeline_mark(TimelineMark mark, int thread = 128) {
   const int slot = timeline_slot(thread);
   if (slot < 0) return;
   if (mark == kMarkEntry) {
     for (int m = 0; m < kNumMarks; ++m) g_timeline[slot][m] = 0;
+    g_timeline_entry_ns[slot] = timeline_ns();
   }
-  g_timeline[slot][mark] = timeline_now();
+  g_timeline[slot][mark] = timeline_cycles();
 }
 
 __device__ __forceinline__ void timeline_print() {
   const int slot = timeline_slot();
   if (slot < 0) return;
   const uint64_t* t = g_timeline[slot];
-  const uint64_t entry = t[kMarkEntry], end = timeline_now();
-  auto since = [&](TimelineMark mark) { return t[mark] == 0 ? 0ull : t[mark] - entry; };
+  const uint64_t entry = t[kMarkEntry], end = timeline_cycles();
+  const uint64_t entry_ns = g_timeline_entry_ns[slot], end_ns = timeline_ns();
+  const double ns_per_cycle =
+      end > entry ? static_cast<double>(end_ns - entry_ns) / static_cast<double>(end - entry) : 0.0;
+  auto since = [&](TimelineMark mark) {
+    return t[mark] == 0 || t[mark] < entry
+               ? 0ull
+               : static_cast<unsigned long long>((t[mark] - entry) * ns_per_cycle);
+  };
   printf("TL cta %d entry_abs %llu waited %llu located %llu entries %llu negatives %llu "
          "candidates %llu deduplicated %llu compacted %llu planned %llu q %llu first_k %llu "
          "scores %llu softmax %llu first_v %llu last_k %llu loop %llu published %llu joined %llu "
          "reduced %llu merged %llu cluster_ready %llu pushed %llu owners_ready %llu "
          "lse_combined %llu issued %llu end %llu\n",
-         blockIdx.x, entry, since(kMarkWaited), since(kMarkLocated), since(kMarkEntriesRead),
+         blockIdx.x, entry_ns, since(kMarkWaited), since(kMarkLocated), since(kMarkEntriesRead),
          since(kMarkNegativesCut), since(kMarkCandidates), since(kMarkSorted),
          since(kMarkCompacted), since(kMarkPlanned), since(kMarkQueriesLoaded),
          since(kMarkFirstK), since(kMarkFirstScores), since(kMarkFirstSoftmax),
          since(kMarkFirstV), since(kMarkLastK), since(kMarkLoopDone), since(kMarkPublished),
          since(kMarkClusterJoined), since(kMarkReduced), since(kMarkMerged),
          since(kMarkClusterReady), since(kMarkPushed), since(kMarkOwnersReady),
-         since(kMarkLseCombined), since(kMarkFirstIssued), end - entry);
+         since(kMarkLseCombined), since(kMarkFirstIssued), end_ns - entry_ns);
 }
 
 }  // namespace flashmsa::sm90
