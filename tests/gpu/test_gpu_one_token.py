@@ -5,7 +5,7 @@ take:
   the batch size (the kernel's guess fails and it searches cu_seqlens_q), and a row outside
   every request (it reads nothing: out = 0, lse = -inf);
 - flat K/V, explicit q_offset (an int and one per request), non-causal calls;
-- topk at the kernel's limit (32) and one past it (prefill_kernel), with garbage indices;
+- topk 1, topk at the kernel's limit (32) and one past it (prefill_kernel), with garbage ids;
 - group sizes 1 and 17 (17 is past the kernel's 16: prefill_kernel), fp16;
 - the split reductions forced through the tune overrides (pull and push at two CTAs per SM),
   and requests of 2 and 8 rows sent to the kernel by FLASHMSA_TUNE_ONE_TOKEN=2;
@@ -62,16 +62,22 @@ def test_one_token_flat_offsets(offsets):
     check_gpu_result(case, run_gpu(case))
 
 
-@pytest.mark.parametrize("topk", [32, 33])
+@pytest.mark.parametrize("topk", [1, 32, 33])
 def test_one_token_topk_limits_garbage_indices(topk):
-    """topk 32 fills the planning warp's lanes; 33 runs prefill_kernel. Garbage ids (contract
-    section 4: huge, negative mid-list, duplicated, unsorted, past the request) in both."""
+    """topk 1 (one lane, one split); 32 fills the planning warp's lanes; 33 runs prefill_kernel.
+    Garbage ids (contract section 4: huge, negative mid-list, duplicated, unsorted, past the
+    request) in all three."""
     lengths = [30000, 9000, 4097, 129, 20000, 5000, 300]
     case = make_case(f"one-token-topk{topk}-garbage", [1] * len(lengths), lengths,
                      M3["num_qo_heads"], M3["num_kv_heads"], topk, True, seed=204 + topk,
                      layout="paged")
-    q2k = garbage_indices(case.cpu["q2k_indices"], num_blocks_min=2,
-                          generator=torch.Generator().manual_seed(topk))
+    if topk > 1:
+        q2k = garbage_indices(case.cpu["q2k_indices"], num_blocks_min=2,
+                              generator=torch.Generator().manual_seed(topk))
+    else:  # one entry: a negative one (nothing read) or a huge one (ignored)
+        q2k = case.cpu["q2k_indices"].clone()
+        q2k[:, 0::3, 0] = -1
+        q2k[:, 1::3, 0] = 2 ** 31 - 1
     case.with_gpu(q2k_indices=q2k.to(DEVICE))
     check_gpu_result(case, run_gpu(case))
 
