@@ -146,6 +146,7 @@ struct TileConfig {
 // (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS, FLASHMSA_TUNE_TILES_OUTER,
 // FLASHMSA_TUNE_EVICT_FIRST, FLASHMSA_TUNE_SPECULATE and FLASHMSA_TUNE_DEEP_PIPELINE (0 or 1),
 // FLASHMSA_TUNE_ONE_TOKEN (0: never the one-token kernel, 2: also for up to 8 rows a request),
+// FLASHMSA_TUNE_CTAS_PER_SM (1: one decode CTA per SM, deep pipeline, whatever the grid),
 // FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFILL_STAGES
 // (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
 // cluster reductions pull instead of push). Unset, or not a number in
@@ -284,6 +285,11 @@ TileConfig tile_config(const flashmsa_args& args) {
       tuning_override("FLASHMSA_TUNE_DEEP_PIPELINE", 1, 0, 1) != 0) {
     c.ctas_per_sm = 1;
     if (!clusters_resident(c)) c.ctas_per_sm = 2;
+  }
+  // FLASHMSA_TUNE_CTAS_PER_SM=1 (a measurement): the deep pipeline for any decode grid, in as
+  // many waves as it takes (batch 64: 256 CTAs of three stages over 132 SMs).
+  if (decode_like && tuning_override("FLASHMSA_TUNE_CTAS_PER_SM", 0, 1, 2) == 1) {
+    c.ctas_per_sm = 1;
   }
   c.cluster_reduce = decode_like && c.num_splits > 1;
   // One CTA per SM leaves room for the receive buffer ((splits - 1) x 8.1 KiB) beside the
