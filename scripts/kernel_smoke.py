@@ -198,12 +198,11 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--sweep"]:
         decode_topk_sweep()
     elif sys.argv[1:2] == ["--tune"]:
-        # --tune [NAME=v1,v2,...]: sweep one override instead of the default list.
-        swept = None
-        if len(sys.argv) > 2:
-            name, values = sys.argv[2].split("=")
-            swept = [(name, value) for value in values.split(",")]
-        decode_tuning_sweep(swept)
+        # --tune [NAME=v1,v2,... ...]: sweep these overrides (each value alone, in turn)
+        # instead of the default list.
+        swept = [(name, value) for arg in sys.argv[2:]
+                 for name, values in [arg.split("=")] for value in values.split(",")]
+        decode_tuning_sweep(swept or None)
     elif sys.argv[1:] == ["--kernels"]:
         decode_kernel_times()
     else:
