@@ -11,7 +11,9 @@
 // request scan, shared-memory planning buffers and two warpgroups of code run cold on every CTA
 // (docs/performance.md). Here nothing stands between the two rounds of loads and the first TMA.
 // The consumers are threads 32..159; their index within the warpgroup is threadIdx.x % 128, a
-// permutation of 0..127, which is all the consumer and the reduction rely on.
+// permutation of 0..127, which is all the consumer and the reduction rely on. Any row-to-request
+// mapping is right (the plan searches when row t is not request t's), so the measurement override
+// FLASHMSA_TUNE_ONE_TOKEN=2 can also send requests of several rows here, one CTA per row.
 #pragma once
 
 #include <stdint.h>
