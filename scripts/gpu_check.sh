@@ -3,28 +3,34 @@
 # suite, and the benchmarks, each under a `timeout` so the whole run fits the machine's
 # 10-minute command; a failing step is recorded and the next one still runs.
 #
-#   scripts/gpu_check.sh [all|tests|bench|prefill|decode|sass] [pytest args...]
+#   scripts/gpu_check.sh [all|tests|bench|prefill|decode|timeline|tune|study|sass] [pytest args...]
 #
 #   all (default)  sass + tests + prefill (quick) + decode (quick)
 #   tests          sass + tests; extra args go to pytest (e.g. -k decode, --lf)
 #   bench          sass + prefill (quick) + decode (quick)
 #   prefill|decode sass + that benchmark, all of its cases (not --quick)
+#   timeline       sass + scripts/timeline.py on the timeline build (TIMELINE_LIBRARY)
+#   tune           sass + scripts/kernel_smoke.py --tune $TUNE_ARGS (launch overrides)
+#   study          sass + tests + timeline + tune: a decode change's first run
 #
 # Environment: FLASHMSA_LIBRARY (default build-gpu/libflashmsa.so), OUT (default
 # out/gpu_check; the device machine sets it), BUDGET (seconds for the whole script, default
 # 570), TESTS_TIMEOUT / PREFILL_TIMEOUT / DECODE_TIMEOUT (caps per step), PREFILL_ARGS /
-# DECODE_ARGS (extra benchmark options, e.g. PREFILL_ARGS="--sizes 32768 --impls msa").
+# DECODE_ARGS (extra benchmark options, e.g. PREFILL_ARGS="--sizes 32768 --impls msa"),
+# TIMELINE_LIBRARY (default build-timeline/libflashmsa.so, configured -DFLASHMSA_TIMELINE=ON),
+# TUNE_ARGS (e.g. "FLASHMSA_TUNE_SPLITS=1 FLASHMSA_TUNE_ONE_TOKEN=0,2").
 # Files written under $OUT (the device machine returns at most 8): sass_summary.txt,
-# gpu_tests.log, bench.log, prefill.{csv,json,png}, decode.{csv,json}.
+# gpu_tests.log, bench.log, prefill.{csv,json,png}, decode.{csv,json}, timeline.log, tune.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 mode=${1:-all}
 [ $# -gt 0 ] && shift
 case "$mode" in
-  all|tests|bench|prefill|decode|sass) ;;
+  all|tests|bench|prefill|decode|timeline|tune|study|sass) ;;
   -*) set -- "$mode" "$@"; mode=all ;;
-  *) echo "usage: $0 [all|tests|bench|prefill|decode|sass] [pytest args...]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|tests|bench|prefill|decode|timeline|tune|study|sass] [pytest args...]" >&2
+     exit 2 ;;
 esac
 
 export FLASHMSA_LIBRARY=${FLASHMSA_LIBRARY:-build-gpu/libflashmsa.so}
@@ -132,6 +138,31 @@ run_bench() {  # run_bench NAME MODULE DEFAULT_TIMEOUT OPTIONS
   record "$1" "$(status_of "$rc")" $(( $(date +%s) - t0 )) "${line:-see bench.log}"
 }
 
+run_script() {  # run_script NAME DEFAULT_TIMEOUT LOG command...: a diagnostic script's step
+  local name=$1 limit log=$3 t0=$(date +%s) rc
+  limit=$(step_timeout "$2")
+  shift 3
+  if (( limit < 20 )); then
+    record "$name" SKIP 0 "budget spent"
+    return
+  fi
+  echo "== $name (timeout ${limit}s)"
+  timeout --signal=INT --kill-after=15 "$limit" "$@" 2>&1 | tee "$OUT/$log"
+  rc=${PIPESTATUS[0]}
+  record "$name" "$(status_of "$rc")" $(( $(date +%s) - t0 )) "see $log"
+}
+
+run_timeline() {
+  run_script timeline "${TIMELINE_TIMEOUT:-90}" timeline.log \
+    env FLASHMSA_LIBRARY="${TIMELINE_LIBRARY:-build-timeline/libflashmsa.so}" \
+    python3 scripts/timeline.py
+}
+
+run_tune() {
+  # shellcheck disable=SC2086 # TUNE_ARGS holds several NAME=values words
+  run_script tune "${TUNE_TIMEOUT:-240}" tune.log python3 scripts/kernel_smoke.py --tune ${TUNE_ARGS:-}
+}
+
 run_sass
 case "$mode" in
   all)     run_tests 300 "$@"
@@ -142,6 +173,11 @@ case "$mode" in
            run_bench decode bench.decode "${DECODE_TIMEOUT:-190}" "--quick ${DECODE_ARGS:-}" ;;
   prefill) run_bench prefill bench.prefill "${PREFILL_TIMEOUT:-550}" "${PREFILL_ARGS:-}" ;;
   decode)  run_bench decode bench.decode "${DECODE_TIMEOUT:-550}" "${DECODE_ARGS:-}" ;;
+  timeline) run_timeline ;;
+  tune)    run_tune ;;
+  study)   run_tests 280 "$@"
+           run_timeline
+           run_tune ;;
   sass)    ;;
 esac
 
