@@ -6,8 +6,6 @@ namespace flashmsa::sm90 {
 template cudaError_t launch_one_token_decode<__nv_bfloat16>(const PrefillParams&, dim3, bool,
                                                             cudaStream_t);
 
-int one_token_decode_threads() { return kDecodeThreads; }
-
 // The dtype changes neither registers nor shared memory.
 int max_active_one_token_clusters(uint32_t shared_bytes, int cluster_size) {
   return max_active_clusters(decode_kernel<__nv_bfloat16, false>, kDecodeThreads, shared_bytes,

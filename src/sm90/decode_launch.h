@@ -8,9 +8,6 @@
 
 namespace flashmsa::sm90 {
 
-// Threads of a one-token decode CTA (decode_kernel.cuh: kDecodeThreads).
-int one_token_decode_threads();
-
 template <typename Element>
 cudaError_t launch_one_token_decode(const PrefillParams& params, dim3 grid, bool temperature_lse,
                                     cudaStream_t stream);

@@ -10,14 +10,9 @@ namespace flashmsa::sm90 {
 template <typename Element, bool kTemperatureLse>
 cudaError_t launch_one_token_decode_variant(const PrefillParams& params, dim3 grid,
                                             cudaStream_t stream) {
-  auto kernel = decode_kernel<Element, kTemperatureLse>;
   static thread_local int configured_device = -1;
-  const cudaError_t status = configure_kernel_once(kernel, configured_device);
-  if (status != cudaSuccess) return status;
-  const uint32_t shared_bytes = params.smem_layout.bytes + kSharedMemoryAlignmentSlack;
-  const unsigned cluster_size = params.cluster_reduce ? static_cast<unsigned>(params.num_splits) : 1u;
-  return launch_programmatic(kernel, grid, dim3(kDecodeThreads), shared_bytes, stream,
-                             cluster_size, params);
+  return launch_attention_kernel(decode_kernel<Element, kTemperatureLse>, configured_device,
+                                 params, grid, kDecodeThreads, stream);
 }
 
 template <typename Element>

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "sm90/kernel_traits.h"
+#include "sm90/params.h"
 
 namespace flashmsa::sm90 {
 
@@ -85,6 +86,21 @@ cudaError_t launch_programmatic(void (*kernel)(KernelArgs...), dim3 grid, dim3 b
   config.attrs = attributes;
   config.numAttrs = cluster_size > 1 ? 2 : 1;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// One of the attention kernels (prefill_kernel, decode_kernel): configured once per device
+// (`configured_device`: the caller's static for this kernel), its shared memory from the
+// params' layout, its KV splits as one cluster when they reduce in it.
+template <typename Kernel>
+cudaError_t launch_attention_kernel(Kernel kernel, int& configured_device,
+                                    const PrefillParams& params, dim3 grid, unsigned threads,
+                                    cudaStream_t stream) {
+  const cudaError_t status = configure_kernel_once(kernel, configured_device);
+  if (status != cudaSuccess) return status;
+  const uint32_t shared_bytes = params.smem_layout.bytes + kSharedMemoryAlignmentSlack;
+  const unsigned cluster_size = params.cluster_reduce ? static_cast<unsigned>(params.num_splits) : 1u;
+  return launch_programmatic(kernel, grid, dim3(threads), shared_bytes, stream, cluster_size,
+                             params);
 }
 
 }  // namespace flashmsa::sm90

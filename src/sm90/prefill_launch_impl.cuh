@@ -9,14 +9,10 @@ namespace flashmsa::sm90 {
 
 template <typename Element, bool kTemperatureLse, int kConsumers>
 cudaError_t launch_prefill_variant(const PrefillParams& params, dim3 grid, cudaStream_t stream) {
-  auto kernel = prefill_kernel<Element, kTemperatureLse, kConsumers>;
   static thread_local int configured_device = -1;
-  const cudaError_t status = configure_kernel_once(kernel, configured_device);
-  if (status != cudaSuccess) return status;
-  const uint32_t shared_bytes = params.smem_layout.bytes + kSharedMemoryAlignmentSlack;
-  const unsigned cluster_size = params.cluster_reduce ? static_cast<unsigned>(params.num_splits) : 1u;
-  return launch_programmatic(kernel, grid, dim3(RoleConfig<kConsumers>::kThreads), shared_bytes,
-                             stream, cluster_size, params);
+  return launch_attention_kernel(prefill_kernel<Element, kTemperatureLse, kConsumers>,
+                                 configured_device, params, grid,
+                                 RoleConfig<kConsumers>::kThreads, stream);
 }
 
 // The query behind max_active_decode_clusters (prefill_bf16.cu instantiates it for bf16; the
