@@ -184,13 +184,17 @@ __device__ __forceinline__ void set_up_push(const PrefillParams& p, const Smem& 
   cluster_arrive_relaxed();
 }
 
-// A consumer thread's share of a split's combined partial: row `row` (of kDecodeRows), columns
-// column .. column + 15, and the row's LSEs (every thread of the row holds them; the row's
-// first thread sends them).
+// A consumer thread's share of a split's normalised partial (decode_consumer.cuh): row `row`
+// (of kDecodeRows), the four float4 at columns column + kRowPartialStride * j, and the row's
+// LSEs, which the row's one thread with sends_lse sends.
+constexpr int kRowPartialStride = 8;
 struct RowPartial {
   float4 value[4];
+  int row;
+  int column;
   float lse;
   float lse_t;
+  bool sends_lse;
 };
 
 // The receive slot of split `sender` at its owner: the other splits in rank order.
@@ -201,29 +205,31 @@ __device__ __forceinline__ int receive_slot(int sender, int owner) {
 // Every consumer thread whose row another split owns: into that split's receive buffer,
 // completing on its received_full.
 template <bool kTemperatureLse>
-__device__ __forceinline__ void push_partial(const Smem& smem, int split, int splits, int row,
-                                             int column, const RowPartial& partial) {
-  const int owner = row_owner(row, splits);
+__device__ __forceinline__ void push_partial(const Smem& smem, int split, int splits,
+                                             const RowPartial& partial) {
+  const int owner = row_owner(partial.row, splits);
   const uint32_t barrier = cluster_shared_address(&smem.header().received_full, owner);
   const int slot = receive_slot(split, owner);
-  const uint32_t rows =
-      cluster_shared_address(smem.received_rows(slot) + row * kHeadDim + column, owner);
+  const uint32_t rows = cluster_shared_address(
+      smem.received_rows(slot) + partial.row * kHeadDim + partial.column, owner);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) store_cluster_async(rows + 16 * i, partial.value[i], barrier);
-  if (column == 0) {
-    store_cluster_async(cluster_shared_address(&smem.received_lse(slot)[row], owner),
+  for (int j = 0; j < 4; ++j) {
+    store_cluster_async(rows + sizeof(float) * kRowPartialStride * j, partial.value[j], barrier);
+  }
+  if (partial.sends_lse) {
+    store_cluster_async(cluster_shared_address(&smem.received_lse(slot)[partial.row], owner),
                         partial.lse, barrier);
     if (kTemperatureLse) {
-      store_cluster_async(cluster_shared_address(&smem.received_lse_t(slot)[row], owner),
+      store_cluster_async(cluster_shared_address(&smem.received_lse_t(slot)[partial.row], owner),
                           partial.lse_t, barrier);
     }
   }
 }
 
-// Where an owner keeps its own rows of its partial for the combine: the first V stage, past the
-// warp partials' LSEs (decode_consumer.cuh), which the merge reads before these are written.
+// Where an owner keeps its own rows of its partial for the combine: the first V stage, idle
+// once every warp's loop is over.
 __device__ __forceinline__ float* own_partial_rows(const Smem& smem) {
-  return reinterpret_cast<float*>(smem.v(0)) + 1024;
+  return reinterpret_cast<float*>(smem.v(0));
 }
 __device__ __forceinline__ float* own_partial_lse(const Smem& smem) {
   return own_partial_rows(smem) + kDecodeRows * kHeadDim;
@@ -231,34 +237,35 @@ __device__ __forceinline__ float* own_partial_lse(const Smem& smem) {
 __device__ __forceinline__ float* own_partial_lse_t(const Smem& smem) {
   return own_partial_lse(smem) + kDecodeRows;
 }
-static_assert((1024 + kDecodeRows * (kHeadDim + 2)) * sizeof(float) <= kKvTileBytes,
+static_assert(kDecodeRows * (kHeadDim + 2) * sizeof(float) <= kKvTileBytes,
               "an owner's rows must fit in the first V stage");
 
 // A one-token tile's cluster reduction, every consumer thread, with its share of this split's
-// partial (row `row`, columns column .. + 15). Rows another split owns are pushed to it; rows
-// this split owns go to own_partial_rows, and once every push has landed, warp w combines the
-// owned rows w, w + 4, ... (of this split's) over all splits, one warp per row
-// (combine_row_over_splits): eight threads combining a row one split after the other took
-// 1.9 us of batch 1's 8.6 (docs/performance.md). The split's first consumer thread arrives on
-// received_full for the CTA (its count is one).
+// partial. Rows another split owns are pushed to it; rows this split owns go to
+// own_partial_rows, and once every push has landed, warp w combines the owned rows w, w + 4,
+// ... (of this split's) over all splits, one warp per row (combine_row_over_splits): eight
+// threads combining a row one split after the other took 1.9 us of batch 1's 8.6
+// (docs/performance.md). The split's first consumer thread arrives on received_full for the
+// CTA (its count is one).
 template <typename Element, bool kTemperatureLse>
 __device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Smem& smem,
                                                const TilePlan& plan, int kv_head,
-                                               int head_chunk, int row, int column,
-                                               const RowPartial& partial) {
+                                               int head_chunk, const RowPartial& partial) {
   const int splits = p.num_splits, split = plan.split;
   if (threadIdx.x % 128 == 0) mbarrier_arrive(&smem.header().received_full);
   cluster_wait();  // every split's received_full is initialised and armed
   FLASHMSA_MARK(kMarkClusterReady);
-  if (row_owner(row, splits) != split) {
-    push_partial<kTemperatureLse>(smem, split, splits, row, column, partial);
+  if (row_owner(partial.row, splits) != split) {
+    push_partial<kTemperatureLse>(smem, split, splits, partial);
   } else {
-    float4* own = reinterpret_cast<float4*>(own_partial_rows(smem) + row * kHeadDim + column);
+    float* own = own_partial_rows(smem) + partial.row * kHeadDim + partial.column;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) own[i] = partial.value[i];
-    if (column == 0) {
-      own_partial_lse(smem)[row] = partial.lse;
-      if (kTemperatureLse) own_partial_lse_t(smem)[row] = partial.lse_t;
+    for (int j = 0; j < 4; ++j) {
+      *reinterpret_cast<float4*>(own + kRowPartialStride * j) = partial.value[j];
+    }
+    if (partial.sends_lse) {
+      own_partial_lse(smem)[partial.row] = partial.lse;
+      if (kTemperatureLse) own_partial_lse_t(smem)[partial.row] = partial.lse_t;
     }
   }
   FLASHMSA_MARK(kMarkPushed);

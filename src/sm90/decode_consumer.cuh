@@ -1,13 +1,21 @@
 // The consumer warpgroup of a one-token decode tile: one query token, at most 16 query heads of
-// one KV head (MiniMax-M3: 16). Its rows are one m16 row tile, so the warpgroup's four warps
-// split each block's 128 keys (warp w: keys 32w .. 32w + 31) and run warp-level mma.sync on
-// them, each with its own online softmax, instead of one 64-row wgmma tile of which 48 rows are
-// empty. Per block and warp: S = Q K^T (32 mma, K fragments by ldmatrix from the swizzled
-// stage), the softmax of 16 scores per thread, O += P V (32 mma, V fragments by transposed
-// ldmatrix). The warps' partial results are merged through shared memory at the end, then the
-// KV split's CTAs through the cluster (cluster_reduce.cuh) or the output is written directly.
-// Decode moves K and V once through the SM: what limits it is the latency of each block's
-// chain, not tensor throughput, and this chain is a quarter of the warpgroup's.
+// one KV head (MiniMax-M3: 16). Its rows are one m16 row tile, so the warpgroup runs warp-level
+// mma.sync instead of one 64-row wgmma tile of which 48 rows are empty. The four warps split
+// each block's 128 keys for S and its 128 head dims for O:
+//   S = Q K^T   warp w: keys 32w .. 32w + 31 (32 mma, K fragments by ldmatrix from the
+//               swizzled stage); its row maxima go to shared memory, and after a barrier every
+//               warp takes the block's maxima over all four, so the four running maxima agree;
+//   P           warp w's probabilities of its keys (the A fragments of two k-steps of P V) go
+//               to shared memory; after a second barrier every warp has P of all 128 keys;
+//   O += P V    warp w: head dims 32w .. 32w + 31 over all 128 keys (32 mma, V fragments by
+//               transposed ldmatrix).
+// At the end the warps add their row sums through shared memory, and each warp's O is its
+// quarter of the CTA's output rows: nothing is merged. The earlier split (each warp all 128
+// dims of its 32 keys) ended with a merge of four 8 KiB partials through bank-conflicted
+// shared memory that took 1.6 us of batch 1's 8.0 (docs/performance.md).
+// The KV split's CTAs are then reduced through the cluster (cluster_reduce.cuh), or the
+// output is written directly. Decode moves K and V once through the SM: what limits it is the
+// latency of each block's chain, not tensor throughput.
 #pragma once
 
 #include <math.h>
@@ -26,9 +34,32 @@
 
 namespace flashmsa::sm90 {
 
-constexpr int kKeysPerWarp = kBlockKeys / 4;       // 32
+constexpr int kKeysPerWarp = kBlockKeys / 4;       // 32: S of warp w
 constexpr int kWarpScoreTiles = kKeysPerWarp / 8;  // n-tiles of 8 keys
 constexpr int kDimSteps = kHeadDim / 16;           // k-steps of S = Q K^T
+constexpr int kDimsPerWarp = kHeadDim / 4;         // 32: O of warp w
+constexpr int kKeySteps = kBlockKeys / 16;         // k-steps of O += P V
+constexpr int kDimChunksPerWarp = kDimsPerWarp / 8;  // 16-byte chunks of a V row
+
+// A thread's share of its warp's O: 16 rows x 32 dims, element 4 * j + 2 * h + c at row
+// lane / 4 + 8 * h, dim 32 * warp + 8 * j + 2 * (lane % 4) + c.
+using WarpOutput = float[4 * kDimsPerWarp / 8];
+
+// What the four warps exchange, in the Q buffer's rows 16..63 (a one-token tile loads only rows
+// 0..15; they are idle once Q is loaded).
+struct OneTokenExchange {
+  uint4 probabilities[kKeySteps][32];  // k-step s's A fragment of lane l (warp s / 2 writes it)
+  float4 block_max[kDecodeRows];       // [row]: the four warps' maxima of the row in the block
+  float4 row_sum[kDecodeRows];         // [row]: the four warps' sums, at the end
+  float4 row_sum_t[kDecodeRows];
+};
+constexpr uint32_t kExchangeOffset = kDecodeRows * 128;  // past Q's rows in the first panel
+static_assert(kExchangeOffset + sizeof(OneTokenExchange) <= kQPanelBytes,
+              "the warps' exchange must fit beside the token's Q rows");
+
+__device__ __forceinline__ OneTokenExchange& one_token_exchange(const Smem& smem) {
+  return *reinterpret_cast<OneTokenExchange*>(smem.q(0) + kExchangeOffset);
+}
 
 // Launch-uniform per CTA: whether the tile runs this consumer.
 __device__ __forceinline__ bool runs_one_token_consumer(const PrefillParams& p,
@@ -38,8 +69,8 @@ __device__ __forceinline__ bool runs_one_token_consumer(const PrefillParams& p,
 
 // S (16 rows x this warp's 32 keys) = Q K^T, element 4 * j + 2 * h + c at row lane / 4 + 8 * h,
 // key 8 * j + 2 * (lane % 4) + c of the warp's keys. Q rows 0..15 (the token's heads; rows past
-// the group are zero) come from the swizzled Q buffer that load_queries filled, one A fragment
-// per k-step: read again for every block rather than held in 32 registers across the loop.
+// the group are zero) come from the swizzled Q buffer, one A fragment per k-step: read again for
+// every block rather than held in 32 registers across the loop.
 template <typename Element>
 __device__ __forceinline__ void warp_scores(uint32_t q_tile, uint32_t k_tile, int first_key,
                                             float (&s)[4 * kWarpScoreTiles]) {
@@ -64,35 +95,73 @@ __device__ __forceinline__ void warp_scores(uint32_t q_tile, uint32_t k_tile, in
   }
 }
 
-// O (16 rows x 128 dims, the wgmma accumulator layout of one warp) += P V over the warp's 32
-// keys; p holds two k-steps of A fragments in S's accumulator order.
+// The block's row maxima over all four warps' keys, from each warp's over its own (quad-reduced
+// by scale_and_mask): every warp reads the same four values in the same order, so the running
+// maxima, corrections and probabilities of the four warps share one scale.
+__device__ __forceinline__ void share_block_max(OneTokenExchange& exchange, float (&block_max)[2]) {
+  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  constexpr uint32_t kConsumerBarrier = 1;  // the warpgroup's own
+  if (lane % 4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      reinterpret_cast<float*>(&exchange.block_max[lane / 4 + 8 * h])[warp] = block_max[h];
+    }
+  }
+  named_barrier_sync(kConsumerBarrier, 128);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float4 m = exchange.block_max[lane / 4 + 8 * h];
+    block_max[h] = fmaxf(fmaxf(m.x, m.y), fmaxf(m.z, m.w));
+  }
+}
+
+// This warp's probabilities (A fragments of k-steps 2w and 2w + 1, in S's accumulator order)
+// for every warp's O += P V: lane l's fragment of a k-step is lane l's in every warp.
+__device__ __forceinline__ void share_probabilities(OneTokenExchange& exchange,
+                                                    const uint32_t (&p)[2 * kWarpScoreTiles]) {
+  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int step = 0; step < kKeysPerWarp / 16; ++step) {
+    exchange.probabilities[2 * warp + step][lane] =
+        make_uint4(p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]);
+  }
+}
+
+// O (16 rows x this warp's 32 dims) += P V over the block's 128 keys, P from the exchange.
 template <typename Element>
-__device__ __forceinline__ void warp_values(const uint32_t (&p)[2 * kWarpScoreTiles],
-                                            uint32_t v_tile, int first_key, Accumulator& o) {
+__device__ __forceinline__ void warp_values(const OneTokenExchange& exchange, uint32_t v_tile,
+                                            int first_chunk, WarpOutput& o) {
   const int lane = threadIdx.x % 32;
   const int matrix = lane / 8;
 #pragma unroll
-  for (int step = 0; step < kKeysPerWarp / 16; ++step) {
-    const uint32_t a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
-    const int key = first_key + 16 * step + 8 * (matrix % 2) + lane % 8;
+  for (int step = 0; step < kKeySteps; ++step) {
+    const uint4 fragment = exchange.probabilities[step][lane];
+    const uint32_t a[4] = {fragment.x, fragment.y, fragment.z, fragment.w};
+    const int key = 16 * step + 8 * (matrix % 2) + lane % 8;
 #pragma unroll
-    for (int pair = 0; pair < kHeadDim / 16; ++pair) {
+    for (int pair = 0; pair < kDimChunksPerWarp / 2; ++pair) {
       // Matrices: dims of n-tile 2 * pair (keys low, high), then of n-tile 2 * pair + 1.
       uint32_t b[4];
-      ldmatrix_x4_transposed(b, swizzled_chunk(v_tile, key, 2 * pair + matrix / 2, kKvPanelBytes));
+      ldmatrix_x4_transposed(
+          b, swizzled_chunk(v_tile, key, first_chunk + 2 * pair + matrix / 2, kKvPanelBytes));
       mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * pair]), a, b[0], b[1]);
       mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * pair + 4]), a, b[2], b[3]);
     }
   }
 }
 
-// V rows of this warp's keys at or past `first_invalid_key` (past the request's end: may hold
-// anything, NaN included, and 0 * NaN is NaN) become zero, as zero_value_tail does for a
-// warpgroup; the fence orders the stores before the next TMA write into the stage.
+// V rows at or past `first_invalid_key` (past the request's end: may hold anything, NaN
+// included, and 0 * NaN is NaN) become zero in this warp's dims, the ones it reads; the fence
+// orders the stores before the next TMA write into the stage.
 __device__ __forceinline__ void zero_warp_value_tail(uint8_t* v_tile, int first_invalid_key,
-                                                     int first_key) {
-  zero_value_rows(v_tile, max(first_invalid_key, first_key), first_key + kKeysPerWarp,
-                  threadIdx.x % 32, 32);
+                                                     int first_chunk) {
+  const int lane = threadIdx.x % 32;
+  for (int c = lane; c < (kBlockKeys - first_invalid_key) * kDimChunksPerWarp; c += 32) {
+    const int key = first_invalid_key + c / kDimChunksPerWarp;
+    const int chunk = first_chunk + c % kDimChunksPerWarp;
+    *reinterpret_cast<uint4*>(v_tile + swizzled_chunk(0, key, chunk, kKvPanelBytes)) =
+        make_uint4(0, 0, 0, 0);
+  }
   fence_proxy_async_shared();
   __syncwarp();
 }
@@ -106,41 +175,63 @@ __device__ __forceinline__ void release_stage(uint64_t* empty) {
   mbarrier_arrive(empty);
 }
 
-// The four warps' normalised partials (fp32 rows, in the first K stage) and their LSEs (in the
-// first V stage, after the cluster partial's LSEs).
-__device__ __forceinline__ float* warp_partial_rows(const Smem& smem, int warp) {
-  return reinterpret_cast<float*>(smem.k(0)) + warp * kDecodeRows * kHeadDim;
-}
-__device__ __forceinline__ float* warp_partial_lse(const Smem& smem, int warp) {
-  return reinterpret_cast<float*>(smem.v(0)) + 2 * kRowsPerWarpgroup + warp * kDecodeRows;
-}
-__device__ __forceinline__ float* warp_partial_lse_t(const Smem& smem, int warp) {
-  return warp_partial_lse(smem, 4) + warp * kDecodeRows;
-}
-static_assert(4 * kDecodeRows * kHeadDim * sizeof(float) <= kKvTileBytes,
-              "the four warps' partials must fit in one K stage");
-
-// The four warps' partials (warp_partial_rows) combined into thread t's share of the CTA's:
-// row t / 8, columns 16 * (t % 8) .. + 15.
+// The rows' complete sums from each warp's (over its keys); every warp reads the same values.
 template <bool kTemperatureLse>
-__device__ __forceinline__ RowPartial merge_warp_partials(const Smem& smem, int row, int column) {
-  RowPartial partial;
-  float warp_lse[4], warp_lse_t[4];
+__device__ __forceinline__ void share_row_sums(OneTokenExchange& exchange, float (&sum)[2],
+                                               float (&sum_t)[2]) {
+  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  constexpr uint32_t kConsumerBarrier = 1;
+  if (lane % 4 == 0) {
 #pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    warp_lse[w] = warp_partial_lse(smem, w)[row];
-    if (kTemperatureLse) warp_lse_t[w] = warp_partial_lse_t(smem, w)[row];
-  }
-  partial.lse = log_sum_exp(warp_lse);
-  partial.lse_t = kTemperatureLse ? log_sum_exp(warp_lse_t) : -INFINITY;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) partial.value[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (partial.lse != -INFINITY) {
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      add_weighted_share(partial.value, __expf(warp_lse[w] - partial.lse),
-                         warp_partial_rows(smem, w) + row * kHeadDim + column);
+    for (int h = 0; h < 2; ++h) {
+      reinterpret_cast<float*>(&exchange.row_sum[lane / 4 + 8 * h])[warp] = sum[h];
+      if (kTemperatureLse) {
+        reinterpret_cast<float*>(&exchange.row_sum_t[lane / 4 + 8 * h])[warp] = sum_t[h];
+      }
     }
+  }
+  named_barrier_sync(kConsumerBarrier, 128);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float4 s = exchange.row_sum[lane / 4 + 8 * h];
+    sum[h] = (s.x + s.y) + (s.z + s.w);
+    if (kTemperatureLse) {
+      const float4 t = exchange.row_sum_t[lane / 4 + 8 * h];
+      sum_t[h] = (t.x + t.y) + (t.z + t.w);
+    }
+  }
+}
+
+// A thread's share of the CTA's normalised output, as 16-byte pieces: lanes of a quad pair up
+// (xor 1) so that the even lane holds 4 consecutive dims of row lane / 4 and the odd lane 4 of
+// row lane / 4 + 8, at dims 32w + 8j + 4 ((lane % 4) / 2) for n-tiles j = 0..3. Row h's LSEs
+// are sent by warp 0's lane with lane % 4 == h.
+__device__ __forceinline__ RowPartial gather_row_partial(const WarpOutput& o,
+                                                         const float (&scale)[2],
+                                                         const float (&lse)[2],
+                                                         const float (&lse_t)[2]) {
+  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const bool keeps_row_0 = lane % 2 == 0;  // else row lane / 4 + 8 (no dynamic indexing:
+                                            // it would put the registers in local memory)
+  const float keep_scale = keeps_row_0 ? scale[0] : scale[1];
+  const float give_scale = keeps_row_0 ? scale[1] : scale[0];
+  RowPartial partial;
+  partial.row = lane / 4 + (keeps_row_0 ? 0 : 8);
+  partial.column = kDimsPerWarp * warp + 4 * ((lane % 4) / 2);
+  partial.lse = keeps_row_0 ? lse[0] : lse[1];
+  partial.lse_t = keeps_row_0 ? lse_t[0] : lse_t[1];
+  partial.sends_lse = warp == 0 && lane % 4 < 2;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    // Element 4j + 2h + c is row h's: even lanes send their row-1 pair, odd lanes their row-0.
+    const float row0_x = o[4 * j], row0_y = o[4 * j + 1];
+    const float row1_x = o[4 * j + 2], row1_y = o[4 * j + 3];
+    const float got_x = __shfl_xor_sync(0xffffffffu, (keeps_row_0 ? row1_x : row0_x) * give_scale, 1);
+    const float got_y = __shfl_xor_sync(0xffffffffu, (keeps_row_0 ? row1_y : row0_y) * give_scale, 1);
+    partial.value[j] =
+        keeps_row_0
+            ? make_float4(row0_x * keep_scale, row0_y * keep_scale, got_x, got_y)
+            : make_float4(got_x, got_y, row1_x * keep_scale, row1_y * keep_scale);
   }
   return partial;
 }
@@ -150,8 +241,11 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
                                          const TilePlan& plan, int kv_head, int head_chunk) {
   const int thread = threadIdx.x % 128;
   const int warp = thread / 32, lane = thread % 32;
-  const int first_key = warp * kKeysPerWarp;  // of each block
+  const int first_key = warp * kKeysPerWarp;              // of each block, for S
+  const int first_chunk = warp * kDimChunksPerWarp;       // of each V row, for O
   SmemHeader& header = smem.header();
+  OneTokenExchange& exchange = one_token_exchange(smem);
+  constexpr uint32_t kConsumerBarrier = 1;  // the warpgroup's own (the Q load uses it too)
 
   // Rows lane / 4 and lane / 4 + 8 are heads of the tile's one token; rows past the group read
   // nothing (their Q rows are zero and their scores are masked).
@@ -164,9 +258,9 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
 
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
-  Accumulator o;
+  WarpOutput o;
 #pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  for (int i = 0; i < 4 * kDimsPerWarp / 8; ++i) o[i] = 0.f;
 
   const int num_stages = p.smem_layout.num_stages;
   for (int u = plan.slice_begin; u < plan.slice_end; ++u) {
@@ -184,77 +278,71 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
     int visible[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) visible[h] = row_valid[h] ? block_visible - first_key : 0;
+    float block_max[2];
+    OnlineSoftmax<kTemperatureLse>::scale_and_mask(s, visible, p.scale_log2, block_max);
+    // The previous block's P is read by now: every warp passed this barrier after its P V.
+    share_block_max(exchange, block_max);
     uint32_t probabilities[2 * kWarpScoreTiles];
     float correction[2];
-    softmax.template update<Element>(s, visible, p.scale_log2, p.lse_temperature, probabilities,
-                                     correction);
+    softmax.template exponentiate<Element>(s, block_max, p.lse_temperature, probabilities,
+                                           correction);
+    share_probabilities(exchange, probabilities);
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
+    named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
 
     mbarrier_wait(&header.v_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
-    if (plan.seqlen_k - block_first_key < first_key + kKeysPerWarp) {
-      zero_warp_value_tail(smem.v(stage), plan.seqlen_k - block_first_key, first_key);
+    if (plan.seqlen_k - block_first_key < kBlockKeys) {
+      zero_warp_value_tail(smem.v(stage), max(plan.seqlen_k - block_first_key, 0), first_chunk);
     }
-    warp_values<Element>(probabilities, smem_address(smem.v(stage)), first_key, o);
+    warp_values<Element>(exchange, smem_address(smem.v(stage)), first_chunk, o);
     release_stage(&header.v_empty[stage]);
   }
   FLASHMSA_MARK(kMarkLoopDone);
 
-  // Each warp's normalised partial and LSEs into shared memory (stage 0, idle now; a
-  // speculative load the plan did not use may still be landing there: wait for it).
-  float lse[2], lse_t[2], sum[2];
-  softmax.finish(lse, lse_t, sum, p.lse_temperature);
+  // The rows' sums over all four warps' keys; the barrier in share_row_sums also means every
+  // warp is done with the stages, which the reductions below write into (stage 0: a
+  // speculative load the plan did not use may still be landing there: wait for it first).
   wait_for_speculative_load(smem);
-  constexpr uint32_t kConsumerBarrier = 1;  // the warpgroup's own (load_queries uses it too)
-  named_barrier_sync(kConsumerBarrier, 128);  // every warp is done with the stages
+  float sum[2], sum_t[2], lse[2], lse_t[2], scale[2];
+  softmax.quad_sums(sum, sum_t);
+  share_row_sums<kTemperatureLse>(exchange, sum, sum_t);
+  softmax.lse_of_sums(sum, sum_t, p.lse_temperature, lse, lse_t);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = lane / 4 + 8 * h;
-    const float scale = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
-    store_partial_row<kTemperatureLse>(warp_partial_rows(smem, warp) + row * kHeadDim,
-                                       &warp_partial_lse(smem, warp)[row],
-                                       &warp_partial_lse_t(smem, warp)[row], o, h, scale, lse[h],
-                                       lse_t[h]);
-  }
-  named_barrier_sync(kConsumerBarrier, 128);
+  for (int h = 0; h < 2; ++h) scale[h] = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
+  const RowPartial partial = gather_row_partial(o, scale, lse, lse_t);
   FLASHMSA_MARK(kMarkPublished);
 
-  // Merge the four warps: thread t combines row t / 8, columns 16 * (t % 8) .. + 15.
-  const int row = thread / 8, column = 16 * (thread % 8);
-  RowPartial partial = merge_warp_partials<kTemperatureLse>(smem, row, column);
-  FLASHMSA_MARK(kMarkMerged);
-
   if (p.push_reduce) {  // launch.cu sets it only with cluster_reduce
-    reduce_by_push<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk, row, column,
-                                             partial);
+    reduce_by_push<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk, partial);
     FLASHMSA_TIMELINE_PRINT();
     return;
   }
   if (p.cluster_reduce) {
-    // This CTA's partial, as publish_partial leaves it, for the cluster's reduction. Rows of
-    // the warp partials are read by now; row `row` of the CTA partial overlaps warp 0's.
-    named_barrier_sync(kConsumerBarrier, 128);
-    float4* destination =
-        reinterpret_cast<float4*>(partial_out_rows(smem) + row * kHeadDim + column);
+    // This CTA's partial, as publish_partial leaves it, for the cluster's reduction.
+    float* destination = partial_out_rows(smem) + partial.row * kHeadDim + partial.column;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) destination[i] = partial.value[i];
-    if (thread % 8 == 0) {
-      partial_lse_rows(smem)[row] = partial.lse;
-      if (kTemperatureLse) partial_lse_t_rows(smem)[row] = partial.lse_t;
+    for (int j = 0; j < 4; ++j) {
+      *reinterpret_cast<float4*>(destination + kRowPartialStride * j) = partial.value[j];
+    }
+    if (partial.sends_lse) {
+      partial_lse_rows(smem)[partial.row] = partial.lse;
+      if (kTemperatureLse) partial_lse_t_rows(smem)[partial.row] = partial.lse_t;
     }
     reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
     FLASHMSA_TIMELINE_PRINT();
     return;
   }
-  const RowSource source = row_source(p, plan, 0, head_chunk, row);
+  const RowSource source = row_source(p, plan, 0, head_chunk, partial.row);
   if (source.valid) {
     const int64_t token = plan.first_row;
     const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + source.head;
-    Element* out = static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) + column;
+    Element* out = static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) +
+                   partial.column;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) store4(out + 4 * i, partial.value[i]);
-    if (thread % 8 == 0) {
+    for (int j = 0; j < 4; ++j) store4(out + kRowPartialStride * j, partial.value[j]);
+    if (partial.sends_lse) {
       if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = partial.lse;
       if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = partial.lse_t;
     }

@@ -59,21 +59,43 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void update(float (&s)[kScores], const int (&visible)[2],
                                          float scale_log2, float temperature,
                                          uint32_t (&p)[kScores / 2], float (&correction)[2]) {
+    float block_max[2];
+    scale_and_mask(s, visible, scale_log2, block_max);
+    exponentiate<Element>(s, block_max, temperature, p, correction);
+  }
+
+  // The first half of update: s scaled and masked, and each row's max over the quad's columns.
+  template <int kScores>
+  __device__ __forceinline__ static void scale_and_mask(float (&s)[kScores], const int (&visible)[2],
+                                                        float scale_log2, float (&block_max)[2]) {
     constexpr int kTiles = kScores / 4;  // n-tiles of 8 columns
     const int column_base = 2 * (threadIdx.x % 4);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float block_max = -INFINITY;
+      float row_block_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           float& x = s[4 * j + 2 * h + c];
           x = (8 * j + column_base + c < visible[h]) ? x * scale_log2 : -INFINITY;
-          block_max = fmaxf(block_max, x);
+          row_block_max = fmaxf(row_block_max, x);
         }
       }
-      const float new_max = fmaxf(row_max[h], max_over_row_quad(block_max));
+      block_max[h] = max_over_row_quad(row_block_max);
+    }
+  }
+
+  // The second half: given the block's row maxima (over every column of the block that this
+  // running max covers), s becomes probabilities and the running max and sums move on.
+  template <typename Element, int kScores>
+  __device__ __forceinline__ void exponentiate(float (&s)[kScores], const float (&block_max)[2],
+                                               float temperature, uint32_t (&p)[kScores / 2],
+                                               float (&correction)[2]) {
+    constexpr int kTiles = kScores / 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float new_max = fmaxf(row_max[h], block_max[h]);
       const float offset = new_max == -INFINITY ? 0.f : new_max;
       correction[h] = exp2_flush(row_max[h] - offset);
       float sum = 0.f, sum_t = 0.f;
@@ -97,9 +119,13 @@ struct OnlineSoftmax {
     for (int i = 0; i < kScores / 2; ++i) p[i] = MmaAtoms<Element>::pack(s[2 * i], s[2 * i + 1]);
   }
 
-  __device__ __forceinline__ static void rescale(Accumulator& o, const float (&correction)[2]) {
+  // O (a thread's accumulator: 64 values for a wgmma tile, 16 for a one-token warp's 32
+  // columns; element 4 * j + 2 * h + c on row h) times correction[h].
+  template <int kValues>
+  __device__ __forceinline__ static void rescale(float (&o)[kValues],
+                                                 const float (&correction)[2]) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < kValues / 4; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         o[4 * j + 2 * h] *= correction[h];
@@ -108,21 +134,38 @@ struct OnlineSoftmax {
     }
   }
 
-  // Completes the row sums across the quad; returns natural-log LSEs (-inf for empty rows).
-  __device__ __forceinline__ void finish(float (&lse)[2], float (&lse_t)[2], float (&sum)[2],
-                                         float temperature) {
-    constexpr float kLn2 = 0.6931471805599453f;
+  // This thread's two rows' sums, completed over the quad (the columns its warp read).
+  __device__ __forceinline__ void quad_sums(float (&sum)[2], float (&sum_t)[2]) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       sum[h] = sum_over_row_quad(row_sum[h]);
+      sum_t[h] = kTemperatureLse ? sum_over_row_quad(row_sum_t[h]) : 0.f;
+    }
+  }
+
+  // Natural-log LSEs of the two rows from their complete sums (-inf for empty rows).
+  __device__ __forceinline__ void lse_of_sums(const float (&sum)[2], const float (&sum_t)[2],
+                                              float temperature, float (&lse)[2],
+                                              float (&lse_t)[2]) const {
+    constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
       lse[h] = sum[h] > 0.f ? (row_max[h] + log2f(sum[h])) * kLn2 : -INFINITY;
       if constexpr (kTemperatureLse) {
-        const float sum_t = sum_over_row_quad(row_sum_t[h]);
-        lse_t[h] = sum_t > 0.f ? (temperature * row_max[h] + log2f(sum_t)) * kLn2 : -INFINITY;
+        lse_t[h] = sum_t[h] > 0.f ? (temperature * row_max[h] + log2f(sum_t[h])) * kLn2
+                                  : -INFINITY;
       } else {
         lse_t[h] = lse[h];
       }
     }
+  }
+
+  // Completes the row sums across the quad; returns natural-log LSEs (-inf for empty rows).
+  __device__ __forceinline__ void finish(float (&lse)[2], float (&lse_t)[2], float (&sum)[2],
+                                         float temperature) {
+    float sum_t[2];
+    quad_sums(sum, sum_t);
+    lse_of_sums(sum, sum_t, temperature, lse, lse_t);
   }
 };
 
