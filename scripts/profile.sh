@@ -15,7 +15,8 @@ which=${1:-both}
 sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
           --section SchedulerStats --section LaunchStats --section Occupancy)
 if [ "${2:-}" = "--source" ]; then
-  ncu --clock-control none --profile-from-start off -k regex:prefill_kernel "${sections[@]}" \
+  ncu --clock-control none --cache-control none --profile-from-start off \
+    -k "regex:prefill_kernel|decode_kernel" "${sections[@]}" \
     --section SourceCounters --warp-sampling-interval 0 --import-source no \
     -f -o "$out/$which" python3 scripts/profile_kernels.py "$which" > "$out/ncu_$which.txt" 2>&1
   ncu -i "$out/$which.ncu-rep" --page source --print-source sass --csv \
@@ -25,6 +26,6 @@ if [ "${2:-}" = "--source" ]; then
   head -c 2000 "$out/source_$which.csv"
   exit
 fi
-ncu --clock-control none --profile-from-start off -k regex:prefill_kernel "${sections[@]}" \
+ncu --clock-control none --profile-from-start off -k "regex:prefill_kernel|decode_kernel" "${sections[@]}" \
   python3 scripts/profile_kernels.py "$which" > "$out/ncu.txt" 2>&1
 grep -E "prefill_kernel|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Compute \(SM\)|Stall|Warp Cycles Per Issued|Achieved Occupancy|Block Size|Grid Size|Registers|Shared Memory Configuration Size|One or More Eligible|Issued Warp" "$out/ncu.txt" | head -80

@@ -8,7 +8,10 @@
 Each case runs eagerly four times (the last is the warm one); the kernel prints one `TL` line per
 CTA, which this script summarises for the last call: each phase's end in microseconds from the
 CTA's entry (min / median / max over the CTAs that reached it), the spread of the CTAs' entries,
-and the slowest CTAs in full (`--all` prints every CTA).
+and the slowest CTAs in full (`--all` prints every CTA). It also gives the SM clock the CTAs ran
+at and, where two CTAs shared an SM, how alike the two's loop ends were (a correlation near 1:
+the SM's place decides its bandwidth share; near 0: the CTAs' own luck does), with the SMs whose
+CTAs finished their loops last and first.
 """
 import os
 import subprocess
@@ -59,11 +62,38 @@ def summarise(case, rows, show_all=False):
         if values:
             print(f"  {phase:13s} min {values[0]:7.1f}  median {values[len(values) // 2]:7.1f}  "
                   f"max {values[-1]:7.1f}  ({len(values)} CTAs)")
+    clocks = sorted(r["mhz"] for r in rows if r.get("mhz", 0) > 0)
+    if clocks:
+        print(f"  SM clock      min {clocks[0]} median {clocks[len(clocks) // 2]} max {clocks[-1]} MHz")
+    summarise_sms(rows)
     by_finish = sorted(rows, key=lambda r: r["entry_abs"] + r["end"], reverse=True)
     for r in (rows if show_all else by_finish[:3]):
         start = (r["entry_abs"] - first_entry) / 1000
         phases = "  ".join(f"{p} {r[p] / 1000:.1f}" for p in PHASES if r.get(p, 0) > 0)
         print(f"  cta {r['cta']:4d} entered at {start:5.1f}: {phases}")
+
+
+def summarise_sms(rows):
+    """Loop ends of the CTAs that shared an SM: their correlation, and the slowest/fastest SMs."""
+    by_sm = {}
+    for r in rows:
+        if "sm" in r and r.get("loop", 0) > 0:
+            by_sm.setdefault(r["sm"], []).append((r["entry_abs"], r["loop"] / 1000))
+    pairs = [sorted(v) for v in by_sm.values() if len(v) == 2]
+    if len(pairs) < 8:
+        return
+    xs = [p[0][1] for p in pairs]
+    ys = [p[1][1] for p in pairs]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    cov = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    vx = sum((x - mx) ** 2 for x in xs) ** 0.5
+    vy = sum((y - my) ** 2 for y in ys) ** 0.5
+    corr = cov / (vx * vy) if vx > 0 and vy > 0 else 0.0
+    print(f"  co-resident CTAs' loop ends: correlation {corr:.2f} over {len(pairs)} SMs")
+    means = sorted((sum(t for _, t in v) / len(v), sm) for sm, v in by_sm.items())
+    print("  SMs by mean loop end, last: " +
+          " ".join(f"{sm}:{t:.1f}" for t, sm in reversed(means[-12:])))
+    print("  SMs by mean loop end, first: " + " ".join(f"{sm}:{t:.1f}" for t, sm in means[:12]))
 
 
 def main():

@@ -2,7 +2,8 @@
 // release kernels contain none of it). One thread of every CTA (thread 128, a consumer thread,
 // which also takes part in block-wide planning; planning and the producer's marks are thread 0's)
 // stores the SM's cycle counter at phase boundaries into a device array, and after its epilogue
-// prints its CTA's row: the entry time in absolute ns (%globaltimer), then each phase in ns from
+// prints its CTA's row: its SM, the SM clock over the CTA (MHz), the entry time in absolute ns
+// (%globaltimer), then each phase in ns from
 // entry, 0 for a phase the CTA did not reach (`TL cta ...` lines; scripts/timeline.py summarises
 // them over the CTAs and lists the slowest). The cycles become ns through the CTA's own ratio of
 // %globaltimer to cycles between entry and print: a mark is then one clock read and one store,
@@ -75,12 +76,15 @@ __device__ __forceinline__ void timeline_print() {
                ? 0ull
                : static_cast<unsigned long long>((t[mark] - entry) * ns_per_cycle);
   };
-  printf("TL cta %d entry_abs %llu waited %llu located %llu entries %llu negatives %llu "
+  uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  printf("TL cta %d sm %u mhz %u entry_abs %llu waited %llu located %llu entries %llu negatives %llu "
          "candidates %llu deduplicated %llu compacted %llu planned %llu q %llu first_k %llu "
          "scores %llu softmax %llu first_v %llu last_k %llu loop %llu published %llu joined %llu "
          "reduced %llu merged %llu cluster_ready %llu pushed %llu owners_ready %llu "
          "lse_combined %llu issued %llu end %llu\n",
-         blockIdx.x, entry_ns, since(kMarkWaited), since(kMarkLocated), since(kMarkEntriesRead),
+         blockIdx.x, sm, ns_per_cycle > 0.0 ? static_cast<unsigned>(1000.0 / ns_per_cycle) : 0u,
+         entry_ns, since(kMarkWaited), since(kMarkLocated), since(kMarkEntriesRead),
          since(kMarkNegativesCut), since(kMarkCandidates), since(kMarkSorted),
          since(kMarkCompacted), since(kMarkPlanned), since(kMarkQueriesLoaded),
          since(kMarkFirstK), since(kMarkFirstScores), since(kMarkFirstSoftmax),
