@@ -48,9 +48,8 @@ __device__ __forceinline__ void load_queries(const PrefillParams& p, const TileP
   for (int i = 0; i < kChunksPerThread; ++i) {
     const int c = thread + i * 128;
     const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    uint8_t* destination = q_smem + (chunk / 8) * kQPanelBytes + row * 128 +
-                           ((chunk % 8) ^ (row % 8)) * 16;
-    *reinterpret_cast<uint4*>(destination) = value[i];
+    *reinterpret_cast<uint4*>(q_smem + swizzled_chunk_offset(row, chunk, kQPanelBytes)) =
+        value[i];
   }
   fence_proxy_async_shared();
   named_barrier_sync(1 + warpgroup, 128);

@@ -28,6 +28,7 @@
 #include "sm90/producer.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/timeline.cuh"
+#include "sm90/warp_planning.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -99,29 +100,14 @@ __device__ inline int plan_decode_token(const PrefillParams& p, const Smem& smem
   if (!request.holds_token) request = token_request(p, search_request(p, token), token);
   const int64_t limit = request.key_limit;
   FLASHMSA_MARK_BY(0, kMarkLocated);
-  // Rule 1: the first negative entry ends the list (lanes past topk hold -1 and no entry).
-  const uint32_t negatives = __ballot_sync(0xffffffffu, lane < p.topk && entry < 0);
-  const int first_negative = negatives != 0 ? __ffs(negatives) - 1 : p.topk;
-  // Rule 2 (round two of loads, paged: the block's page): entries that select no key, or whose
-  // page is not a page, drop out.
-  int64_t coord = -1;
-  if (lane < first_negative && block_selects_keys(entry, limit, p.is_paged, p.max_pages)) {
-    coord = p.is_paged ? page_of_block(p.page_table, p.page_table_stride_batch,
-                                       p.page_table_stride_page, request.batch_index, entry,
-                                       p.num_pages)
-                       : request.first_key_row + static_cast<int64_t>(entry) * kBlockSize;
-  }
-  const int32_t block = coord >= 0 ? entry : -1;
-  // Rule 3: the union holds each block's first occurrence, in entry order.
-  const uint32_t same = __match_any_sync(0xffffffffu, block);
-  const bool is_first = block >= 0 && __ffs(same) - 1 == lane;
-  const uint32_t firsts = __ballot_sync(0xffffffffu, is_first);
-  if (is_first) {
-    const int slot = __popc(firsts & ((1u << lane) - 1));
-    smem.union_blocks()[slot] = block;
-    smem.union_coords()[slot] = static_cast<int32_t>(coord);
-  }
-  const int union_size = __popc(firsts);
+  // Round two of loads (paged): the surviving blocks' pages.
+  const int union_size =
+      plan_one_token_union(p, smem, entry, limit, [&](int32_t block) {
+        return p.is_paged ? page_of_block(p.page_table, p.page_table_stride_batch,
+                                          p.page_table_stride_page, request.batch_index, block,
+                                          p.num_pages)
+                          : request.first_key_row + static_cast<int64_t>(block) * kBlockSize;
+      }).size;
   if (lane == 0) {
     SmemHeader& header = smem.header();
     // A row outside every request is planned as request 0 with no key (prefill_kernel does the
@@ -159,8 +145,8 @@ __device__ __forceinline__ void load_decode_queries(const PrefillParams& p, cons
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int c = thread + 128 * i, row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    *reinterpret_cast<uint4*>(smem.q(0) + (chunk / 8) * kQPanelBytes + row * 128 +
-                              ((chunk % 8) ^ (row % 8)) * 16) = value[i];
+    *reinterpret_cast<uint4*>(smem.q(0) + swizzled_chunk_offset(row, chunk, kQPanelBytes)) =
+        value[i];
   }
   FLASHMSA_MARK(kMarkQueriesLoaded);
 }
@@ -169,23 +155,14 @@ template <typename Element, bool kTemperatureLse>
 __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
     decode_kernel(const __grid_constant__ PrefillParams params) {
   extern __shared__ uint8_t shared_memory_raw[];
-  const uint32_t misalignment = smem_address(shared_memory_raw) % 1024;
-  const Smem smem{shared_memory_raw + (1024 - misalignment) % 1024, params.smem_layout};
+  const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
   const CtaWork work = cta_work(params);  // tiles_outer: one-token tile = query row
   const int64_t token = work.tile;
   SmemHeader& header = smem.header();
 
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
-    for (int stage = 0; stage < params.smem_layout.num_stages; ++stage) {
-      mbarrier_init(&header.k_full[stage], 1);
-      mbarrier_init(&header.v_full[stage], 1);
-      mbarrier_init(&header.k_empty[stage], 128);
-      mbarrier_init(&header.v_empty[stage], 128);
-    }
-    mbarrier_init(&header.received_full, 1);
-    header.speculative_issued = 0;  // the consumer checks it; this kernel never speculates
-    fence_barrier_init();
+    init_barriers(header, params.smem_layout.num_stages, 128, false);  // it never speculates
   } else if (threadIdx.x == 1) {
     prefetch_tensor_map(&params.tma_k);
     prefetch_tensor_map(&params.tma_v);

@@ -148,9 +148,14 @@ __device__ __forceinline__ void ldmatrix_x4_transposed(uint32_t (&r)[4], uint32_
 // Address of 16-byte chunk `chunk` (head dims 8 * chunk .. 8 * chunk + 7) of row `row` in a
 // two-panel tile written by 128B-swizzled TMA boxes (or in that layout by load_queries): chunk
 // c % 8 of a 128-byte panel row sits at position (c % 8) ^ (row % 8).
+__device__ __forceinline__ uint32_t swizzled_chunk_offset(int row, int chunk,
+                                                          uint32_t panel_bytes) {
+  return (chunk / 8) * panel_bytes + row * 128 + (((chunk % 8) ^ (row % 8)) * 16);
+}
+
 __device__ __forceinline__ uint32_t swizzled_chunk(uint32_t tile, int row, int chunk,
                                                    uint32_t panel_bytes) {
-  return tile + (chunk / 8) * panel_bytes + row * 128 + (((chunk % 8) ^ (row % 8)) * 16);
+  return tile + swizzled_chunk_offset(row, chunk, panel_bytes);
 }
 
 }  // namespace flashmsa::sm90

@@ -69,23 +69,12 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     prefill_kernel(const __grid_constant__ PrefillParams params) {
   using Roles = RoleConfig<kConsumers>;
   extern __shared__ uint8_t shared_memory_raw[];
-  const uint32_t misalignment = smem_address(shared_memory_raw) % 1024;
-  const Smem smem{shared_memory_raw + (1024 - misalignment) % 1024, params.smem_layout};
+  const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
   const CtaWork work = cta_work(params);
 
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
-    for (int stage = 0; stage < params.smem_layout.num_stages; ++stage) {
-      mbarrier_init(&smem.header().k_full[stage], 1);  // the producer's arrive + TMA bytes
-      mbarrier_init(&smem.header().v_full[stage], 1);
-      mbarrier_init(&smem.header().k_empty[stage], 128 * kConsumers);
-      mbarrier_init(&smem.header().v_empty[stage], 128 * kConsumers);
-    }
-    mbarrier_init(&smem.header().speculative_k_full, 1);
-    mbarrier_init(&smem.header().speculative_v_full, 1);
-    mbarrier_init(&smem.header().received_full, 1);  // the leader's own arrive + pushed bytes
-    smem.header().speculative_issued = 0;
-    fence_barrier_init();
+    init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true);
   } else if (threadIdx.x == 32) {
     prefetch_tensor_map(&params.tma_k);
     prefetch_tensor_map(&params.tma_v);

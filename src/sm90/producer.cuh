@@ -13,6 +13,34 @@
 
 namespace flashmsa::sm90 {
 
+// The kernel's shared memory view: the dynamic buffer rounded up to 1024 bytes (the 128B swizzle
+// of TMA and wgmma operands starts there; the launch adds kSharedMemoryAlignmentSlack).
+__device__ __forceinline__ Smem aligned_smem(uint8_t* raw, const SmemLayout& layout) {
+  const uint32_t misalignment = smem_address(raw) % 1024;
+  return Smem{raw + (1024 - misalignment) % 1024, layout};
+}
+
+// Thread 0 at kernel entry: the K and V rings' barriers (full: the producer's arrive plus the
+// TMA bytes; empty: every consumer thread's arrive), the speculative load's (kernels that
+// speculate) and the push reduction's receive barrier (its owner's own arrive plus the pushed
+// bytes), then the fence that publishes them to the cluster. No speculative load yet.
+__device__ __forceinline__ void init_barriers(SmemHeader& header, int num_stages,
+                                              uint32_t consumer_threads, bool speculates) {
+  for (int stage = 0; stage < num_stages; ++stage) {
+    mbarrier_init(&header.k_full[stage], 1);
+    mbarrier_init(&header.v_full[stage], 1);
+    mbarrier_init(&header.k_empty[stage], consumer_threads);
+    mbarrier_init(&header.v_empty[stage], consumer_threads);
+  }
+  if (speculates) {
+    mbarrier_init(&header.speculative_k_full, 1);
+    mbarrier_init(&header.speculative_v_full, 1);
+  }
+  mbarrier_init(&header.received_full, 1);
+  header.speculative_issued = 0;
+  fence_barrier_init();
+}
+
 
 // One block of K or V: two 64-dim panels. Flat maps are 3-D (dims, token row, head); paged
 // maps 4-D (dims, token in page, head, page).

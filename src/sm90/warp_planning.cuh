@@ -180,6 +180,45 @@ __device__ inline SpeculativeLoad speculate_first_block(const PrefillParams& p, 
   return load;
 }
 
+// The three rules of contract section 4 for one token whose entries sit one per lane (lane l:
+// entry l; -1 past topk), each a warp-wide instruction or two on the one register:
+//   rule 1: the first negative entry ends the list;
+//   rule 2: an entry before it survives if its block selects keys below `limit` and
+//           coordinate_of(block) (its TMA coordinate: flat row or page) is not -1;
+//   rule 3: the union holds each surviving block's first occurrence, in entry order, written to
+//           union_blocks and union_coords (compacted by popc over a ballot).
+// Shared by prefill_kernel's one-token tiles and the one-token decode kernel, so that both keep
+// the same union in the same order.
+struct OneTokenUnion {
+  int slot;  // this lane's union slot, -1 if its entry is not a first occurrence
+  int size;
+};
+
+template <typename CoordinateOf>
+__device__ __forceinline__ OneTokenUnion plan_one_token_union(const PrefillParams& p,
+                                                              const Smem& smem, int32_t entry,
+                                                              int64_t limit,
+                                                              CoordinateOf coordinate_of) {
+  const int lane = threadIdx.x % 32;
+  const uint32_t negatives = __ballot_sync(0xffffffffu, lane < p.topk && entry < 0);
+  const int first_negative = negatives != 0 ? __ffs(negatives) - 1 : p.topk;
+  int32_t coord = -1;
+  if (lane < first_negative && block_selects_keys(entry, limit, p.is_paged, p.max_pages)) {
+    coord = static_cast<int32_t>(coordinate_of(entry));
+  }
+  const int32_t block = coord >= 0 ? entry : -1;
+  const uint32_t same = __match_any_sync(0xffffffffu, block);
+  const bool is_first = block >= 0 && __ffs(same) - 1 == lane;
+  const uint32_t firsts = __ballot_sync(0xffffffffu, is_first);
+  OneTokenUnion result{-1, __popc(firsts)};
+  if (is_first) {
+    result.slot = __popc(firsts & ((1u << lane) - 1));
+    smem.union_blocks()[result.slot] = block;
+    smem.union_coords()[result.slot] = coord;
+  }
+  return result;
+}
+
 // The plan of a one-token tile whose topk fits one round (lane l holds entry l): the three
 // rules and the compaction of plan_tile_in_warp, each a warp-wide instruction or two on the one
 // register, with no shared-memory atomics, loops or warp barriers between them. Every one-token
@@ -191,24 +230,11 @@ __device__ inline void plan_one_token_in_warp(const PrefillParams& p, const Smem
   SmemHeader& header = smem.header();
   const int lane = threadIdx.x % 32;
   const int64_t limit = tile_token_key_limit(p, header, 0);
-  // Rule 1: the first negative entry ends the list (lanes past topk hold -1 and no entry).
-  const uint32_t negatives = __ballot_sync(0xffffffffu, lane < p.topk && entry < 0);
-  const int first_negative = negatives != 0 ? __ffs(negatives) - 1 : p.topk;
-  // Rule 2: entries that select no key, or whose page is not a page, drop out.
-  int32_t coord = -1;
-  if (lane < first_negative && block_selects_keys(entry, limit, p.is_paged, p.max_pages)) {
-    coord = static_cast<int32_t>(block_coordinate(p, smem, header, entry, page_row_length));
-  }
-  const int32_t block = coord >= 0 ? entry : -1;
-  // Rule 3 and the compaction: the union holds each block's first occurrence.
-  const uint32_t same = __match_any_sync(0xffffffffu, block);
-  const bool is_first = block >= 0 && __ffs(same) - 1 == lane;
-  const uint32_t firsts = __ballot_sync(0xffffffffu, is_first);
-  if (is_first) {
-    const int slot = __popc(firsts & ((1u << lane) - 1));
-    smem.union_blocks()[slot] = block;
-    smem.union_coords()[slot] = coord;
-    uint32_t* mask = smem.token_mask(slot);
+  const OneTokenUnion plan = plan_one_token_union(p, smem, entry, limit, [&](int32_t block) {
+    return block_coordinate(p, smem, header, block, page_row_length);
+  });
+  if (plan.slot >= 0) {
+    uint32_t* mask = smem.token_mask(plan.slot);
     mask[0] = 1u;  // the tile's one token chose it
     for (int w = 1; w < p.smem_layout.mask_words; ++w) mask[w] = 0u;
   }
@@ -216,7 +242,7 @@ __device__ inline void plan_one_token_in_warp(const PrefillParams& p, const Smem
   for (int t = lane; t < p.tokens_per_tile; t += 32) {
     limits[t] = t == 0 ? static_cast<int32_t>(limit) : 0;
   }
-  if (lane == 0) header.union_size = __popc(firsts);
+  if (lane == 0) header.union_size = plan.size;
 }
 
 // Warp 0 of a located tile (batch_index >= 0). `entries` are the guessed tile's; they are
