@@ -70,21 +70,17 @@ __device__ __forceinline__ bool runs_one_token_consumer(const PrefillParams& p,
 // S (16 rows x this warp's 32 keys) = Q K^T, element 4 * j + 2 * h + c at row lane / 4 + 8 * h,
 // key 8 * j + 2 * (lane % 4) + c of the warp's keys. Q rows 0..15 (the token's heads; rows past
 // the group are zero) come from the swizzled Q buffer, one A fragment per k-step: read again for
-// every block rather than held in 32 registers across the loop. The low and high halves of the
-// head dims accumulate apart and are added at the end: two chains of four dependent mma per
-// n-tile instead of one of eight, which is what a block's S costs in latency.
+// every block rather than held in 32 registers across the loop.
 template <typename Element>
 __device__ __forceinline__ void warp_scores(uint32_t q_tile, uint32_t k_tile, int first_key,
                                             float (&s)[4 * kWarpScoreTiles]) {
   const int lane = threadIdx.x % 32;
   const int matrix = lane / 8;
   const int q_row = (matrix % 2) * 8 + lane % 8;
-  float half[2][4 * kWarpScoreTiles];
 #pragma unroll
-  for (int i = 0; i < 4 * kWarpScoreTiles; ++i) half[0][i] = half[1][i] = 0.f;
+  for (int i = 0; i < 4 * kWarpScoreTiles; ++i) s[i] = 0.f;
 #pragma unroll
   for (int step = 0; step < kDimSteps; ++step) {
-    float(&d)[4 * kWarpScoreTiles] = half[step % 2];
     uint32_t q[4];
     ldmatrix_x4(q, swizzled_chunk(q_tile, q_row, 2 * step + matrix / 2, kQPanelBytes));
 #pragma unroll
@@ -93,12 +89,10 @@ __device__ __forceinline__ void warp_scores(uint32_t q_tile, uint32_t k_tile, in
       const int key = first_key + 8 * (2 * pair + matrix / 2) + lane % 8;
       uint32_t b[4];
       ldmatrix_x4(b, swizzled_chunk(k_tile, key, 2 * step + matrix % 2, kKvPanelBytes));
-      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&d[8 * pair]), q, b[0], b[1]);
-      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&d[8 * pair + 4]), q, b[2], b[3]);
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[8 * pair]), q, b[0], b[1]);
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[8 * pair + 4]), q, b[2], b[3]);
     }
   }
-#pragma unroll
-  for (int i = 0; i < 4 * kWarpScoreTiles; ++i) s[i] = half[0][i] + half[1][i];
 }
 
 // The block's row maxima over all four warps' keys, from each warp's over its own (quad-reduced
@@ -133,20 +127,14 @@ __device__ __forceinline__ void share_probabilities(OneTokenExchange& exchange,
   }
 }
 
-// O (16 rows x this warp's 32 dims) += P V over the block's 128 keys, P from the exchange. Odd
-// k-steps accumulate apart from zero and are added at the end: two chains of four dependent mma
-// per n-tile instead of one of eight (the V stage is held until the last one).
+// O (16 rows x this warp's 32 dims) += P V over the block's 128 keys, P from the exchange.
 template <typename Element>
 __device__ __forceinline__ void warp_values(const OneTokenExchange& exchange, uint32_t v_tile,
                                             int first_chunk, WarpOutput& o) {
   const int lane = threadIdx.x % 32;
   const int matrix = lane / 8;
-  WarpOutput odd;
-#pragma unroll
-  for (int i = 0; i < 4 * kDimsPerWarp / 8; ++i) odd[i] = 0.f;
 #pragma unroll
   for (int step = 0; step < kKeySteps; ++step) {
-    WarpOutput& d = step % 2 == 0 ? o : odd;
     const uint4 fragment = exchange.probabilities[step][lane];
     const uint32_t a[4] = {fragment.x, fragment.y, fragment.z, fragment.w};
     const int key = 16 * step + 8 * (matrix % 2) + lane % 8;
@@ -156,12 +144,10 @@ __device__ __forceinline__ void warp_values(const OneTokenExchange& exchange, ui
       uint32_t b[4];
       ldmatrix_x4_transposed(
           b, swizzled_chunk(v_tile, key, first_chunk + 2 * pair + matrix / 2, kKvPanelBytes));
-      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&d[8 * pair]), a, b[0], b[1]);
-      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&d[8 * pair + 4]), a, b[2], b[3]);
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * pair]), a, b[0], b[1]);
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * pair + 4]), a, b[2], b[3]);
     }
   }
-#pragma unroll
-  for (int i = 0; i < 4 * kDimsPerWarp / 8; ++i) o[i] += odd[i];
 }
 
 // V rows at or past `first_invalid_key` (past the request's end: may hold anything, NaN
@@ -173,7 +159,7 @@ __device__ __forceinline__ void zero_warp_value_tail(uint8_t* v_tile, int first_
   for (int c = lane; c < (kBlockKeys - first_invalid_key) * kDimChunksPerWarp; c += 32) {
     const int key = first_invalid_key + c / kDimChunksPerWarp;
     const int chunk = first_chunk + c % kDimChunksPerWarp;
-    *reinterpret_cast<uint4*>(v_tile + swizzled_chunk_offset(key, chunk, kKvPanelBytes)) =
+    *reinterpret_cast<uint4*>(v_tile + swizzled_chunk(0, key, chunk, kKvPanelBytes)) =
         make_uint4(0, 0, 0, 0);
   }
   fence_proxy_async_shared();
