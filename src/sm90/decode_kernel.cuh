@@ -178,6 +178,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
     // published to the consumers by the named barrier; the producer does not wait for them.
     named_barrier_arrive(kPlanReadyBarrier, kDecodeThreads);
     allow_next_grid_launch();
+    FLASHMSA_MARK_BY(0, kMarkProducerReleased);
     if (threadIdx.x == 0) {
       produce(params, smem, tile_plan(header, union_size, work.split, params.num_splits),
               work.kv_head, SpeculativeLoad{-1, -1});

@@ -130,6 +130,7 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
   for (int i = first_step; i < steps; ++i) {
     const int32_t coord = smem.union_coords()[plan.slice_begin + i];  // flat: row; paged: page
     load(false, i, coord);
+    FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstKIssued);
     load(true, i, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstIssued);
   }

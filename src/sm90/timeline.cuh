@@ -26,7 +26,9 @@ enum TimelineMark {
   // The end of a one-token tile, step by step (thread 128: an owner in split 0's CTA, a pusher
   // in the others), and the producer's first issue (thread 0).
   kMarkMerged, kMarkClusterReady, kMarkPushed, kMarkOwnersReady, kMarkLseCombined,
-  kMarkFirstIssued, kNumMarks
+  kMarkFirstIssued,
+  // The decode producer between its plan and its first issue (thread 0).
+  kMarkProducerReleased, kMarkFirstKIssued, kNumMarks
 };
 
 // CTAs past this many are not recorded (the timeline cases have at most 512).
@@ -82,7 +84,7 @@ __device__ __forceinline__ void timeline_print() {
          "candidates %llu deduplicated %llu compacted %llu planned %llu q %llu first_k %llu "
          "scores %llu softmax %llu first_v %llu last_k %llu loop %llu published %llu joined %llu "
          "reduced %llu merged %llu cluster_ready %llu pushed %llu owners_ready %llu "
-         "lse_combined %llu issued %llu end %llu\n",
+         "lse_combined %llu issued %llu released %llu k_issued %llu end %llu\n",
          blockIdx.x, sm, ns_per_cycle > 0.0 ? static_cast<unsigned>(1000.0 / ns_per_cycle) : 0u,
          entry_ns, since(kMarkWaited), since(kMarkLocated), since(kMarkEntriesRead),
          since(kMarkNegativesCut), since(kMarkCandidates), since(kMarkSorted),
@@ -91,7 +93,8 @@ __device__ __forceinline__ void timeline_print() {
          since(kMarkFirstV), since(kMarkLastK), since(kMarkLoopDone), since(kMarkPublished),
          since(kMarkClusterJoined), since(kMarkReduced), since(kMarkMerged),
          since(kMarkClusterReady), since(kMarkPushed), since(kMarkOwnersReady),
-         since(kMarkLseCombined), since(kMarkFirstIssued), end_ns - entry_ns);
+         since(kMarkLseCombined), since(kMarkFirstIssued), since(kMarkProducerReleased),
+         since(kMarkFirstKIssued), end_ns - entry_ns);
 }
 
 }  // namespace flashmsa::sm90
