@@ -159,7 +159,7 @@ __device__ __forceinline__ void zero_warp_value_tail(uint8_t* v_tile, int first_
   for (int c = lane; c < (kBlockKeys - first_invalid_key) * kDimChunksPerWarp; c += 32) {
     const int key = first_invalid_key + c / kDimChunksPerWarp;
     const int chunk = first_chunk + c % kDimChunksPerWarp;
-    *reinterpret_cast<uint4*>(v_tile + swizzled_chunk(0, key, chunk, kKvPanelBytes)) =
+    *reinterpret_cast<uint4*>(v_tile + swizzled_chunk_offset(key, chunk, kKvPanelBytes)) =
         make_uint4(0, 0, 0, 0);
   }
   fence_proxy_async_shared();
