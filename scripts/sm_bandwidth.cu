@@ -1,0 +1,275 @@
+// Diagnostic, not part of the library: how evenly a Hopper GPU's SMs share DRAM bandwidth when
+// every SM streams at once, and whether the split follows the GPCs. Decode batch 64's CTAs end
+// between 53 and 68 us, and the two CTAs that share an SM end alike (correlation 0.99,
+// docs/performance.md): if a plain streaming kernel shows the same spread, the work has to move
+// to the fast SMs during a call, and this says at what level (SM, TPC, GPC) they differ.
+//
+//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc -o build-gpu/sm_bandwidth scripts/sm_bandwidth.cu
+//   build-gpu/sm_bandwidth [MiB per SM, default 64] [repeats, default 3]
+//
+// 1. GPCs: clusters of 16, 8, 4 and 2 CTAs (16 is a non-portable size), one CTA per SM, several
+//    launches of each; the CTAs of a cluster share a GPC, so SMs met in one cluster are joined
+//    (union-find). SMs that no cluster reached stay alone.
+// 2. Streaming: one CTA per SM, each reading its own contiguous share of one buffer with 1-D
+//    bulk copies (cp.async.bulk, what TMA does for the decode kernel) into a ring of four 32 KiB
+//    stages (128 KiB in flight, like two decode CTAs of one 64 KiB stage each). Each CTA records
+//    its SM and its time; per SM: GB/s, sorted; per GPC: mean; and, over the repeats, how alike an
+//    SM's rates are from one run to the next (correlation of run 1 with each later run).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "sm90/ptx.cuh"
+
+using namespace flashmsa::sm90;
+
+#define CHECK(call)                                                                        \
+  do {                                                                                     \
+    cudaError_t status_ = (call);                                                          \
+    if (status_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
+                   cudaGetErrorString(status_));                                           \
+      return 1;                                                                            \
+    }                                                                                      \
+  } while (0)
+
+__device__ __forceinline__ uint32_t sm_id() {
+  uint32_t id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// ---- 1. GPC map ---------------------------------------------------------------------------
+
+__global__ void record_cluster_sms(uint32_t* sm_of_cta) { sm_of_cta[blockIdx.x] = sm_id(); }
+
+// ---- 2. streaming -------------------------------------------------------------------------
+
+constexpr int kStages = 4;
+constexpr uint32_t kStageBytes = 32 * 1024;
+
+__device__ __forceinline__ void bulk_load(void* destination, const void* source, uint32_t bytes,
+                                          uint64_t* barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+      ::"r"(smem_address(destination)), "l"(source), "r"(bytes), "r"(smem_address(barrier))
+      : "memory");
+}
+
+// One thread issues, the block's other threads wait on the stages and touch one word of each
+// (so a stage is "consumed" before it is refilled, as a consumer would).
+__global__ void stream_share(const uint8_t* data, uint64_t bytes_per_cta, uint32_t* sm_of_cta,
+                             uint64_t* ns_of_cta, uint32_t* sink) {
+  extern __shared__ __align__(1024) uint8_t stages[];
+  __shared__ uint64_t full[kStages], empty[kStages];
+  const uint8_t* share = data + blockIdx.x * bytes_per_cta;
+  const uint64_t steps = bytes_per_cta / kStageBytes;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&full[s], 1);
+      mbarrier_init(&empty[s], blockDim.x - 32);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  const uint64_t start = global_ns();
+  uint32_t acc = 0;
+  if (threadIdx.x < 32) {
+    if (threadIdx.x == 0) {
+      for (uint64_t i = 0; i < steps; ++i) {
+        const int s = static_cast<int>(i % kStages);
+        const uint32_t phase = static_cast<uint32_t>((i / kStages) & 1);
+        mbarrier_wait(&empty[s], phase ^ 1);
+        mbarrier_arrive_expect_tx(&full[s], kStageBytes);
+        bulk_load(stages + s * kStageBytes, share + i * kStageBytes, kStageBytes, &full[s]);
+      }
+    }
+  } else {
+    for (uint64_t i = 0; i < steps; ++i) {
+      const int s = static_cast<int>(i % kStages);
+      const uint32_t phase = static_cast<uint32_t>((i / kStages) & 1);
+      mbarrier_wait(&full[s], phase);
+      acc += reinterpret_cast<const uint32_t*>(stages + s * kStageBytes)[threadIdx.x];
+      mbarrier_arrive(&empty[s]);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ns_of_cta[blockIdx.x] = global_ns() - start;
+    sm_of_cta[blockIdx.x] = sm_id();
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the consumers' reads
+}
+
+// ---- host ---------------------------------------------------------------------------------
+
+static int find(std::vector<int>& parent, int x) {
+  while (parent[x] != x) x = parent[x] = parent[parent[x]];
+  return x;
+}
+
+static double correlation(const std::vector<double>& a, const std::vector<double>& b) {
+  const double ma = std::accumulate(a.begin(), a.end(), 0.0) / a.size();
+  const double mb = std::accumulate(b.begin(), b.end(), 0.0) / b.size();
+  double cov = 0, va = 0, vb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    cov += (a[i] - ma) * (b[i] - mb);
+    va += (a[i] - ma) * (a[i] - ma);
+    vb += (b[i] - mb) * (b[i] - mb);
+  }
+  return va > 0 && vb > 0 ? cov / std::sqrt(va * vb) : 0.0;
+}
+
+int main(int argc, char** argv) {
+  const uint64_t mib_per_sm = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 64;
+  const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  std::printf("%s: %d SMs\n", prop.name, sms);
+
+  // 1. GPC map. One CTA per SM: shared memory past half an SM's.
+  std::vector<int> parent(sms);
+  std::iota(parent.begin(), parent.end(), 0);
+  {
+    const int smem = static_cast<int>(prop.sharedMemPerMultiprocessor / 2 + 1024);
+    CHECK(cudaFuncSetAttribute(record_cluster_sms, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                               1));
+    CHECK(cudaFuncSetAttribute(record_cluster_sms,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    uint32_t* sm_of_cta = nullptr;
+    CHECK(cudaMalloc(&sm_of_cta, sms * sizeof(uint32_t)));
+    std::vector<uint32_t> host(sms);
+    for (int cluster : {16, 8, 4, 2}) {
+      const int ctas = (sms / cluster) * cluster;
+      cudaLaunchAttribute attribute;
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = cluster;
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(ctas);
+      config.blockDim = dim3(32);
+      config.dynamicSmemBytes = smem;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      for (int launch = 0; launch < 8; ++launch) {
+        CHECK(cudaLaunchKernelEx(&config, record_cluster_sms, sm_of_cta));
+        CHECK(cudaMemcpy(host.data(), sm_of_cta, ctas * sizeof(uint32_t),
+                         cudaMemcpyDeviceToHost));
+        for (int c = 0; c < ctas; c += cluster) {
+          for (int r = 1; r < cluster; ++r) {
+            parent[find(parent, host[c + r])] = find(parent, host[c]);
+          }
+        }
+      }
+    }
+    CHECK(cudaFree(sm_of_cta));
+  }
+  std::map<int, std::vector<int>> gpcs;
+  for (int sm = 0; sm < sms; ++sm) gpcs[find(parent, sm)].push_back(sm);
+  std::vector<int> gpc_of_sm(sms);
+  int g = 0;
+  std::printf("GPC groups (SMs met in one cluster): %zu\n", gpcs.size());
+  for (auto& [root, members] : gpcs) {
+    std::printf("  gpc %d (%zu SMs):", g, members.size());
+    for (int sm : members) {
+      std::printf(" %d", sm);
+      gpc_of_sm[sm] = g;
+    }
+    std::printf("\n");
+    ++g;
+  }
+
+  // 2. Streaming, one CTA per SM.
+  const uint64_t bytes_per_cta = mib_per_sm << 20;
+  uint8_t* data = nullptr;
+  uint32_t *sm_of_cta = nullptr, *sink = nullptr;
+  uint64_t* ns_of_cta = nullptr;
+  CHECK(cudaMalloc(&data, bytes_per_cta * sms));
+  CHECK(cudaMemset(data, 1, bytes_per_cta * sms));
+  CHECK(cudaMalloc(&sm_of_cta, sms * sizeof(uint32_t)));
+  CHECK(cudaMalloc(&ns_of_cta, sms * sizeof(uint64_t)));
+  CHECK(cudaMalloc(&sink, sizeof(uint32_t)));
+  const int smem = kStages * kStageBytes;
+  CHECK(cudaFuncSetAttribute(stream_share, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  std::vector<std::vector<double>> rate_by_run;  // [run][sm] GB/s
+  for (int run = 0; run < repeats + 1; ++run) {  // run 0 warms up
+    cudaEvent_t begin, end;
+    CHECK(cudaEventCreate(&begin));
+    CHECK(cudaEventCreate(&end));
+    CHECK(cudaEventRecord(begin));
+    stream_share<<<sms, 160, smem>>>(data, bytes_per_cta, sm_of_cta, ns_of_cta, sink);
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(end));
+    CHECK(cudaEventSynchronize(end));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, begin, end));
+    std::vector<uint32_t> sm(sms);
+    std::vector<uint64_t> ns(sms);
+    CHECK(cudaMemcpy(sm.data(), sm_of_cta, sms * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(ns.data(), ns_of_cta, sms * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    if (run == 0) continue;
+    std::vector<double> rate(sms, 0.0);
+    std::vector<int> seen(sms, 0);
+    for (int c = 0; c < sms; ++c) {
+      rate[sm[c]] = static_cast<double>(bytes_per_cta) / ns[c];
+      ++seen[sm[c]];
+    }
+    const int doubled = static_cast<int>(std::count_if(seen.begin(), seen.end(),
+                                                       [](int n) { return n > 1; }));
+    std::vector<double> sorted = rate;
+    std::sort(sorted.begin(), sorted.end());
+    std::printf("run %d: %.1f GB/s over the call (%.3f ms); per SM min %.1f median %.1f max %.1f "
+                "GB/s%s\n",
+                run, static_cast<double>(bytes_per_cta) * sms / (ms * 1e6), ms, sorted.front(),
+                sorted[sms / 2], sorted.back(),
+                doubled ? " (some SM ran two CTAs: rates of those are not per SM)" : "");
+    rate_by_run.push_back(rate);
+  }
+  // Per SM (mean over the runs), slowest and fastest; per GPC; persistence across runs.
+  std::vector<double> mean(sms, 0.0);
+  for (auto& r : rate_by_run)
+    for (int s = 0; s < sms; ++s) mean[s] += r[s] / rate_by_run.size();
+  std::vector<int> order(sms);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return mean[a] < mean[b]; });
+  std::printf("slowest SMs (GB/s, gpc):");
+  for (int i = 0; i < 16; ++i) std::printf(" %d:%.1f,g%d", order[i], mean[order[i]], gpc_of_sm[order[i]]);
+  std::printf("\nfastest SMs (GB/s, gpc):");
+  for (int i = sms - 1; i >= sms - 16; --i) std::printf(" %d:%.1f,g%d", order[i], mean[order[i]], gpc_of_sm[order[i]]);
+  std::printf("\nper GPC (mean GB/s per SM, min, max):\n");
+  for (int gpc = 0; gpc < g; ++gpc) {
+    double sum = 0, lo = 1e30, hi = 0;
+    int n = 0;
+    for (int s = 0; s < sms; ++s) {
+      if (gpc_of_sm[s] != gpc) continue;
+      sum += mean[s];
+      lo = std::min(lo, mean[s]);
+      hi = std::max(hi, mean[s]);
+      ++n;
+    }
+    std::printf("  gpc %d: %.1f (%.1f .. %.1f) over %d SMs\n", gpc, sum / n, lo, hi, n);
+  }
+  for (size_t r = 1; r < rate_by_run.size(); ++r) {
+    std::printf("correlation of SM rates, run 1 with run %zu: %.2f\n", r + 1,
+                correlation(rate_by_run[0], rate_by_run[r]));
+  }
+  CHECK(cudaFree(data));
+  CHECK(cudaFree(sm_of_cta));
+  CHECK(cudaFree(ns_of_cta));
+  CHECK(cudaFree(sink));
+  return 0;
+}
