@@ -11,10 +11,12 @@
 //    launches of each; the CTAs of a cluster share a GPC, so SMs met in one cluster are joined
 //    (union-find). SMs that no cluster reached stay alone.
 // 2. Streaming: one CTA per SM, each reading its own contiguous share of one buffer with 1-D
-//    bulk copies (cp.async.bulk, what TMA does for the decode kernel) into a ring of four 32 KiB
-//    stages (128 KiB in flight, like two decode CTAs of one 64 KiB stage each). Each CTA records
-//    its SM and its time; per SM: GB/s, sorted; per GPC: mean; and, over the repeats, how alike an
-//    SM's rates are from one run to the next (correlation of run 1 with each later run).
+//    bulk copies (cp.async.bulk, what TMA does for the decode kernel) into a ring of 32 KiB
+//    stages: 2, 4 and 6 stages (64, 128 and 192 KiB in flight per SM; two decode CTAs of one
+//    64 KiB stage each hold 128). Each CTA records its SM and its time; per ring: the call's
+//    GB/s and the per-SM spread (does more in flight even the SMs out?); for 4 stages also the
+//    slowest and fastest SMs, the per-GPC means, and over the repeats how alike an SM's rates
+//    are from one run to the next (correlation of run 1 with each later run).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -57,7 +59,7 @@ __global__ void record_cluster_sms(uint32_t* sm_of_cta) { sm_of_cta[blockIdx.x] 
 
 // ---- 2. streaming -------------------------------------------------------------------------
 
-constexpr int kStages = 4;
+constexpr int kMaxStages = 6;
 constexpr uint32_t kStageBytes = 32 * 1024;
 
 __device__ __forceinline__ void bulk_load(void* destination, const void* source, uint32_t bytes,
@@ -70,14 +72,14 @@ __device__ __forceinline__ void bulk_load(void* destination, const void* source,
 
 // One thread issues, the block's other threads wait on the stages and touch one word of each
 // (so a stage is "consumed" before it is refilled, as a consumer would).
-__global__ void stream_share(const uint8_t* data, uint64_t bytes_per_cta, uint32_t* sm_of_cta,
-                             uint64_t* ns_of_cta, uint32_t* sink) {
+__global__ void stream_share(const uint8_t* data, uint64_t bytes_per_cta, int num_stages,
+                             uint32_t* sm_of_cta, uint64_t* ns_of_cta, uint32_t* sink) {
   extern __shared__ __align__(1024) uint8_t stages[];
-  __shared__ uint64_t full[kStages], empty[kStages];
+  __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   const uint8_t* share = data + blockIdx.x * bytes_per_cta;
   const uint64_t steps = bytes_per_cta / kStageBytes;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < num_stages; ++s) {
       mbarrier_init(&full[s], 1);
       mbarrier_init(&empty[s], blockDim.x - 32);
     }
@@ -89,8 +91,8 @@ __global__ void stream_share(const uint8_t* data, uint64_t bytes_per_cta, uint32
   if (threadIdx.x < 32) {
     if (threadIdx.x == 0) {
       for (uint64_t i = 0; i < steps; ++i) {
-        const int s = static_cast<int>(i % kStages);
-        const uint32_t phase = static_cast<uint32_t>((i / kStages) & 1);
+        const int s = static_cast<int>(i % num_stages);
+        const uint32_t phase = static_cast<uint32_t>((i / num_stages) & 1);
         mbarrier_wait(&empty[s], phase ^ 1);
         mbarrier_arrive_expect_tx(&full[s], kStageBytes);
         bulk_load(stages + s * kStageBytes, share + i * kStageBytes, kStageBytes, &full[s]);
@@ -98,8 +100,8 @@ __global__ void stream_share(const uint8_t* data, uint64_t bytes_per_cta, uint32
     }
   } else {
     for (uint64_t i = 0; i < steps; ++i) {
-      const int s = static_cast<int>(i % kStages);
-      const uint32_t phase = static_cast<uint32_t>((i / kStages) & 1);
+      const int s = static_cast<int>(i % num_stages);
+      const uint32_t phase = static_cast<uint32_t>((i / num_stages) & 1);
       mbarrier_wait(&full[s], phase);
       acc += reinterpret_cast<const uint32_t*>(stages + s * kStageBytes)[threadIdx.x];
       mbarrier_arrive(&empty[s]);
@@ -203,41 +205,47 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&sm_of_cta, sms * sizeof(uint32_t)));
   CHECK(cudaMalloc(&ns_of_cta, sms * sizeof(uint64_t)));
   CHECK(cudaMalloc(&sink, sizeof(uint32_t)));
-  const int smem = kStages * kStageBytes;
-  CHECK(cudaFuncSetAttribute(stream_share, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  std::vector<std::vector<double>> rate_by_run;  // [run][sm] GB/s
-  for (int run = 0; run < repeats + 1; ++run) {  // run 0 warms up
-    cudaEvent_t begin, end;
-    CHECK(cudaEventCreate(&begin));
-    CHECK(cudaEventCreate(&end));
-    CHECK(cudaEventRecord(begin));
-    stream_share<<<sms, 160, smem>>>(data, bytes_per_cta, sm_of_cta, ns_of_cta, sink);
-    CHECK(cudaGetLastError());
-    CHECK(cudaEventRecord(end));
-    CHECK(cudaEventSynchronize(end));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, begin, end));
-    std::vector<uint32_t> sm(sms);
-    std::vector<uint64_t> ns(sms);
-    CHECK(cudaMemcpy(sm.data(), sm_of_cta, sms * sizeof(uint32_t), cudaMemcpyDeviceToHost));
-    CHECK(cudaMemcpy(ns.data(), ns_of_cta, sms * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-    if (run == 0) continue;
-    std::vector<double> rate(sms, 0.0);
-    std::vector<int> seen(sms, 0);
-    for (int c = 0; c < sms; ++c) {
-      rate[sm[c]] = static_cast<double>(bytes_per_cta) / ns[c];
-      ++seen[sm[c]];
+  CHECK(cudaFuncSetAttribute(stream_share, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kMaxStages * kStageBytes));
+  std::vector<std::vector<double>> rate_by_run;  // [run][sm] GB/s, 4 stages
+  for (int num_stages : {4, 2, 6}) {
+    const int smem = num_stages * kStageBytes;
+    for (int run = 0; run < repeats + 1; ++run) {  // run 0 warms up
+      cudaEvent_t begin, end;
+      CHECK(cudaEventCreate(&begin));
+      CHECK(cudaEventCreate(&end));
+      CHECK(cudaEventRecord(begin));
+      stream_share<<<sms, 160, smem>>>(data, bytes_per_cta, num_stages, sm_of_cta, ns_of_cta,
+                                       sink);
+      CHECK(cudaGetLastError());
+      CHECK(cudaEventRecord(end));
+      CHECK(cudaEventSynchronize(end));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, begin, end));
+      CHECK(cudaEventDestroy(begin));
+      CHECK(cudaEventDestroy(end));
+      std::vector<uint32_t> sm(sms);
+      std::vector<uint64_t> ns(sms);
+      CHECK(cudaMemcpy(sm.data(), sm_of_cta, sms * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(ns.data(), ns_of_cta, sms * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+      if (run == 0) continue;
+      std::vector<double> rate(sms, 0.0);
+      std::vector<int> seen(sms, 0);
+      for (int c = 0; c < sms; ++c) {
+        rate[sm[c]] = static_cast<double>(bytes_per_cta) / ns[c];
+        ++seen[sm[c]];
+      }
+      const bool doubled = std::any_of(seen.begin(), seen.end(), [](int n) { return n > 1; });
+      std::vector<double> sorted = rate;
+      std::sort(sorted.begin(), sorted.end());
+      std::printf("%d stages (%3d KiB in flight per SM), run %d: %.1f GB/s over the call "
+                  "(%.3f ms); per SM min %.1f median %.1f max %.1f GB/s%s\n",
+                  num_stages, num_stages * 32, run,
+                  static_cast<double>(bytes_per_cta) * sms / (ms * 1e6), ms, sorted.front(),
+                  sorted[sms / 2], sorted.back(),
+                  doubled ? " (an SM ran two CTAs: its rate is not per SM)" : "");
+      if (num_stages == 4) rate_by_run.push_back(rate);
     }
-    const int doubled = static_cast<int>(std::count_if(seen.begin(), seen.end(),
-                                                       [](int n) { return n > 1; }));
-    std::vector<double> sorted = rate;
-    std::sort(sorted.begin(), sorted.end());
-    std::printf("run %d: %.1f GB/s over the call (%.3f ms); per SM min %.1f median %.1f max %.1f "
-                "GB/s%s\n",
-                run, static_cast<double>(bytes_per_cta) * sms / (ms * 1e6), ms, sorted.front(),
-                sorted[sms / 2], sorted.back(),
-                doubled ? " (some SM ran two CTAs: rates of those are not per SM)" : "");
-    rate_by_run.push_back(rate);
   }
   // Per SM (mean over the runs), slowest and fastest; per GPC; persistence across runs.
   std::vector<double> mean(sms, 0.0);
@@ -246,7 +254,7 @@ int main(int argc, char** argv) {
   std::vector<int> order(sms);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return mean[a] < mean[b]; });
-  std::printf("slowest SMs (GB/s, gpc):");
+  std::printf("4 stages, mean over the runs; slowest SMs (GB/s, gpc):");
   for (int i = 0; i < 16; ++i) std::printf(" %d:%.1f,g%d", order[i], mean[order[i]], gpc_of_sm[order[i]]);
   std::printf("\nfastest SMs (GB/s, gpc):");
   for (int i = sms - 1; i >= sms - 16; --i) std::printf(" %d:%.1f,g%d", order[i], mean[order[i]], gpc_of_sm[order[i]]);
