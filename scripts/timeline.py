@@ -36,7 +36,7 @@ def run_cases():
 
 PHASES = ("waited", "located", "entries", "negatives", "candidates", "deduplicated", "compacted",
           "planned", "released", "k_issued", "issued", "q", "first_k", "scores", "softmax", "first_v", "last_k", "loop",
-          "published", "merged", "cluster_ready", "pushed", "owners_ready", "joined",
+          "published", "cluster_ready", "pushed", "owners_ready", "joined",
           "lse_combined", "reduced", "end")
 
 

@@ -25,7 +25,7 @@ enum TimelineMark {
   kMarkClusterJoined, kMarkReduced,
   // The end of a one-token tile, step by step (thread 128: an owner in split 0's CTA, a pusher
   // in the others), and the producer's first issue (thread 0).
-  kMarkMerged, kMarkClusterReady, kMarkPushed, kMarkOwnersReady, kMarkLseCombined,
+  kMarkClusterReady, kMarkPushed, kMarkOwnersReady, kMarkLseCombined,
   kMarkFirstIssued,
   // The decode producer between its plan and its first issue (thread 0).
   kMarkProducerReleased, kMarkFirstKIssued, kNumMarks
@@ -83,7 +83,7 @@ __device__ __forceinline__ void timeline_print() {
   printf("TL cta %d sm %u mhz %u entry_abs %llu waited %llu located %llu entries %llu negatives %llu "
          "candidates %llu deduplicated %llu compacted %llu planned %llu q %llu first_k %llu "
          "scores %llu softmax %llu first_v %llu last_k %llu loop %llu published %llu joined %llu "
-         "reduced %llu merged %llu cluster_ready %llu pushed %llu owners_ready %llu "
+         "reduced %llu cluster_ready %llu pushed %llu owners_ready %llu "
          "lse_combined %llu issued %llu released %llu k_issued %llu end %llu\n",
          blockIdx.x, sm, ns_per_cycle > 0.0 ? static_cast<unsigned>(1000.0 / ns_per_cycle) : 0u,
          entry_ns, since(kMarkWaited), since(kMarkLocated), since(kMarkEntriesRead),
@@ -91,7 +91,7 @@ __device__ __forceinline__ void timeline_print() {
          since(kMarkCompacted), since(kMarkPlanned), since(kMarkQueriesLoaded),
          since(kMarkFirstK), since(kMarkFirstScores), since(kMarkFirstSoftmax),
          since(kMarkFirstV), since(kMarkLastK), since(kMarkLoopDone), since(kMarkPublished),
-         since(kMarkClusterJoined), since(kMarkReduced), since(kMarkMerged),
+         since(kMarkClusterJoined), since(kMarkReduced),
          since(kMarkClusterReady), since(kMarkPushed), since(kMarkOwnersReady),
          since(kMarkLseCombined), since(kMarkFirstIssued), since(kMarkProducerReleased),
          since(kMarkFirstKIssued), end_ns - entry_ns);
