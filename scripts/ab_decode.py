@@ -5,6 +5,10 @@ the decode suite's weighted figure, one column per run, and keeps each run's log
 
     PYTHONPATH=python python3 scripts/ab_decode.py --out DIR [--rounds 2] \\
         main=build-main/libflashmsa.so new=build-gpu/libflashmsa.so
+
+`--bench prefill` does the same with the quick prefill benchmark at S = 32768 (the three M3
+patterns' useful TFLOP/s and the production-weighted aggregate), for kernel changes that move
+prefill_kernel.
 """
 import argparse
 import os
@@ -15,21 +19,33 @@ import sys
 ROW = re.compile(r"^\s+(\S+)\s+([0-9.]+) us\s+([0-9.]+) GB/s")
 SUITE = re.compile(r"^decode suite full: weighted ([0-9.]+) GB/s")
 COPY = re.compile(r"^ceilings: copy ([0-9.]+) GB/s")
+PREFILL_ROW = re.compile(r"^\s+(m3_\w+_S\d+)\s+\w+\s+\d+\s+\d+\s+([0-9.]+)\s+([0-9.]+)")
+AGGREGATE = re.compile(r"^production-weighted aggregate msa\s*:\s*([0-9.]+)")
+PREFILL_ROWS = ("m3_random_S32768", "m3_clustered_S32768", "m3_indexer_S32768", "aggregate")
 ISSUE_ROWS = ("b1_kv32768", "b16_kv32768", "b64_kv32768", "b128_kv32768", "b64_kv131072",
               "mtp8_b32_kv32768")
 
 
-def run_once(label, library, out_dir, index, timeout):
-    """One quick decode benchmark with `library`; returns {row: (us, GB/s)} plus the suite."""
+def run_once(label, library, out_dir, index, timeout, bench):
+    """One quick benchmark with `library`: decode {row: (us, GB/s)} plus the suite and the copy,
+    or prefill {row: (ms, useful TFLOP/s)} plus the aggregate."""
     env = dict(os.environ, FLASHMSA_LIBRARY=library)
     log_path = os.path.join(out_dir, f"ab_{index}_{label}.log")
+    command = [sys.executable, "-m", f"bench.{bench}", "--quick", "--out",
+               os.path.join(out_dir, f"ab_{index}_{label}")]
+    if bench == "prefill":  # msa only: the baselines do not move between libraries
+        command += ["--sizes", "32768", "--impls", "msa", "--production-impls", "msa"]
     with open(log_path, "w") as log:
-        subprocess.run([sys.executable, "-m", "bench.decode", "--quick", "--out",
-                        os.path.join(out_dir, f"ab_{index}_{label}")],
-                       env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+        subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
+                       check=False)
     rows = {}
     for line in open(log_path):
-        if match := ROW.match(line):
+        if bench == "prefill":
+            if match := PREFILL_ROW.match(line):
+                rows[match.group(1)] = (float(match.group(2)), float(match.group(3)))
+            elif match := AGGREGATE.match(line):
+                rows["aggregate"] = (None, float(match.group(1)))
+        elif match := ROW.match(line):
             rows[match.group(1)] = (float(match.group(2)), float(match.group(3)))
         elif match := SUITE.match(line):
             rows["suite"] = (None, float(match.group(1)))
@@ -44,6 +60,7 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=90, help="seconds per benchmark run")
+    parser.add_argument("--bench", choices=("decode", "prefill"), default="decode")
     args = parser.parse_args()
     builds = [build.split("=", 1) for build in args.builds]
     os.makedirs(args.out, exist_ok=True)
@@ -52,8 +69,17 @@ def main():
         for label, library in builds:
             index = len(columns) + 1
             columns.append((f"{label} #{index}", run_once(label, library, args.out, index,
-                                                           args.timeout)))
+                                                           args.timeout, args.bench)))
     print("case".ljust(20) + "".join(name.rjust(16) for name, _ in columns))
+    if args.bench == "prefill":
+        for row in PREFILL_ROWS:
+            cells = []
+            for _, rows in columns:
+                ms, tflops = rows.get(row, (None, None))
+                cells.append("-" if tflops is None else
+                             (f"{tflops:.1f} TF" if ms is None else f"{ms:.3f}ms {tflops:.1f}"))
+            print(row.ljust(20) + "".join(cell.rjust(16) for cell in cells))
+        return
     for row in ISSUE_ROWS + ("suite", "copy"):
         cells = []
         for _, rows in columns:
@@ -61,7 +87,6 @@ def main():
             cells.append("-" if gbps is None else
                          (f"{gbps:.0f} GB/s" if us is None else f"{us:.2f} us {gbps:.0f}"))
         print(row.ljust(20) + "".join(cell.rjust(16) for cell in cells))
-
 
 if __name__ == "__main__":
     main()
