@@ -9,7 +9,8 @@ take:
 - group sizes 1 and 17 (17 is past the kernel's 16: prefill_kernel), fp16;
 - the split reductions forced through the tune overrides (pull and push at two CTAs per SM),
   and requests of 2 and 8 rows sent to the kernel by FLASHMSA_TUNE_ONE_TOKEN=2;
-- flat and paged calls on the same logical data, bitwise equal.
+- flat and paged calls on the same logical data, bitwise equal;
+- requests of more than 1024 pages (past a page row cached in shared memory).
 Each result is compared with the CPU backend and the fp64 reference (gpu_harness)."""
 import pytest
 import torch
@@ -47,6 +48,20 @@ def test_one_token_row_outside_requests():
     # The fp64 reference maps rows to requests by cu_seqlens_q[1:], which places row 0 in
     # request 0: it evaluates rows 1.. only; the CPU backend is compared on every row.
     check_gpu_result(case, got, rows=torch.arange(1, batch, device=DEVICE))
+
+
+def test_one_token_pages_past_the_cached_row():
+    """Requests of 140000 and 131073 keys have 1094 and 1025 pages. A kernel may keep a page-table
+    row's first 1024 pages in shared memory (one per thread of four warps, eight each) and look
+    the rest up in global memory: each row's own block (always selected) is past that, the
+    second one exactly at it."""
+    lengths = [140000, 600, 131073]
+    case = make_case("one-token-pages-past-cached-row", [1] * len(lengths), lengths,
+                     M3["num_qo_heads"], M3["num_kv_heads"], 16, True, seed=207, layout="paged")
+    assert case.cpu["page_table"].shape[1] > 1024, (
+        f"[{case.name}] the page table must be wider than 1024 pages: "
+        f"{tuple(case.cpu['page_table'].shape)}")
+    check_gpu_result(case, run_gpu(case))
 
 
 OFFSETS = {"non-causal": (None, False), "int": (5000, True),
