@@ -71,21 +71,17 @@ def main():
             columns.append((f"{label} #{index}", run_once(label, library, args.out, index,
                                                            args.timeout, args.bench)))
     print("case".ljust(20) + "".join(name.rjust(16) for name, _ in columns))
+    # Rows with a time: "<time> <rate>"; whole-run figures (suite, copy, aggregate): the rate.
     if args.bench == "prefill":
-        for row in PREFILL_ROWS:
-            cells = []
-            for _, rows in columns:
-                ms, tflops = rows.get(row, (None, None))
-                cells.append("-" if tflops is None else
-                             (f"{tflops:.1f} TF" if ms is None else f"{ms:.3f}ms {tflops:.1f}"))
-            print(row.ljust(20) + "".join(cell.rjust(16) for cell in cells))
-        return
-    for row in ISSUE_ROWS + ("suite", "copy"):
+        names, timed, whole = PREFILL_ROWS, "{:.3f}ms {:.1f}", "{:.1f} TF"
+    else:
+        names, timed, whole = ISSUE_ROWS + ("suite", "copy"), "{:.2f} us {:.0f}", "{:.0f} GB/s"
+    for row in names:
         cells = []
         for _, rows in columns:
-            us, gbps = rows.get(row, (None, None))
-            cells.append("-" if gbps is None else
-                         (f"{gbps:.0f} GB/s" if us is None else f"{us:.2f} us {gbps:.0f}"))
+            time, rate = rows.get(row, (None, None))
+            cells.append("-" if rate is None else
+                         (whole.format(rate) if time is None else timed.format(time, rate)))
         print(row.ljust(20) + "".join(cell.rjust(16) for cell in cells))
 
 if __name__ == "__main__":

@@ -41,18 +41,6 @@ using namespace flashmsa::sm90;
     }                                                                                      \
   } while (0)
 
-__device__ __forceinline__ uint32_t sm_id() {
-  uint32_t id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  return id;
-}
-
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // ---- 1. GPC map ---------------------------------------------------------------------------
 
 __global__ void record_cluster_sms(uint32_t* sm_of_cta) { sm_of_cta[blockIdx.x] = sm_id(); }
@@ -86,7 +74,7 @@ __global__ void stream_share(const uint8_t* data, uint64_t bytes_per_cta, int nu
     fence_barrier_init();
   }
   __syncthreads();
-  const uint64_t start = global_ns();
+  const uint64_t start = global_timer_ns();
   uint32_t acc = 0;
   if (threadIdx.x < 32) {
     if (threadIdx.x == 0) {
@@ -109,7 +97,7 @@ __global__ void stream_share(const uint8_t* data, uint64_t bytes_per_cta, int nu
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    ns_of_cta[blockIdx.x] = global_ns() - start;
+    ns_of_cta[blockIdx.x] = global_timer_ns() - start;
     sm_of_cta[blockIdx.x] = sm_id();
   }
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the consumers' reads

@@ -197,6 +197,23 @@ struct RowPartial {
   bool sends_lse;
 };
 
+// A thread's share of a partial into fp32 rows [row][kHeadDim] at `rows`, its LSEs into
+// lse[row] and lse_t[row] (by the row's sending thread): an owner's own rows (push) or the
+// CTA's partial for the pull.
+template <bool kTemperatureLse>
+__device__ __forceinline__ void store_row_partial(const RowPartial& partial, float* rows,
+                                                  float* lse, float* lse_t) {
+  float* row = rows + partial.row * kHeadDim + partial.column;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    *reinterpret_cast<float4*>(row + kRowPartialStride * j) = partial.value[j];
+  }
+  if (partial.sends_lse) {
+    lse[partial.row] = partial.lse;
+    if (kTemperatureLse) lse_t[partial.row] = partial.lse_t;
+  }
+}
+
 // The receive slot of split `sender` at its owner: the other splits in rank order.
 __device__ __forceinline__ int receive_slot(int sender, int owner) {
   return sender < owner ? sender : sender - 1;
@@ -258,18 +275,10 @@ __device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Sme
   if (row_owner(partial.row, splits) != split) {
     push_partial<kTemperatureLse>(smem, split, splits, partial);
   } else {
-    float* own = own_partial_rows(smem) + partial.row * kHeadDim + partial.column;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      *reinterpret_cast<float4*>(own + kRowPartialStride * j) = partial.value[j];
-    }
-    if (partial.sends_lse) {
-      own_partial_lse(smem)[partial.row] = partial.lse;
-      if (kTemperatureLse) own_partial_lse_t(smem)[partial.row] = partial.lse_t;
-    }
+    store_row_partial<kTemperatureLse>(partial, own_partial_rows(smem), own_partial_lse(smem),
+                                       own_partial_lse_t(smem));
   }
   FLASHMSA_MARK(kMarkPushed);
-  constexpr uint32_t kConsumerBarrier = 1;  // the warpgroup's own
   named_barrier_sync(kConsumerBarrier, 128);  // own rows written
   FLASHMSA_MARK(kMarkOwnersReady);
   const int owned = rows_owned(split, splits);

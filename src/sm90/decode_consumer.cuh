@@ -100,7 +100,6 @@ __device__ __forceinline__ void warp_scores(uint32_t q_tile, uint32_t k_tile, in
 // maxima, corrections and probabilities of the four warps share one scale.
 __device__ __forceinline__ void share_block_max(OneTokenExchange& exchange, float (&block_max)[2]) {
   const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  constexpr uint32_t kConsumerBarrier = 1;  // the warpgroup's own
   if (lane % 4 == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -180,7 +179,6 @@ template <bool kTemperatureLse>
 __device__ __forceinline__ void share_row_sums(OneTokenExchange& exchange, float (&sum)[2],
                                                float (&sum_t)[2]) {
   const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  constexpr uint32_t kConsumerBarrier = 1;
   if (lane % 4 == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -245,7 +243,6 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   const int first_chunk = warp * kDimChunksPerWarp;       // of each V row, for O
   SmemHeader& header = smem.header();
   OneTokenExchange& exchange = one_token_exchange(smem);
-  constexpr uint32_t kConsumerBarrier = 1;  // the warpgroup's own (the Q load uses it too)
 
   // Rows lane / 4 and lane / 4 + 8 are heads of the tile's one token; rows past the group read
   // nothing (their Q rows are zero and their scores are masked).
@@ -320,16 +317,9 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
     return;
   }
   if (p.cluster_reduce) {
-    // This CTA's partial, as publish_partial leaves it, for the cluster's reduction.
-    float* destination = partial_out_rows(smem) + partial.row * kHeadDim + partial.column;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      *reinterpret_cast<float4*>(destination + kRowPartialStride * j) = partial.value[j];
-    }
-    if (partial.sends_lse) {
-      partial_lse_rows(smem)[partial.row] = partial.lse;
-      if (kTemperatureLse) partial_lse_t_rows(smem)[partial.row] = partial.lse_t;
-    }
+    // This CTA's partial, where publish_partial leaves the wgmma consumer's, for the pull.
+    store_row_partial<kTemperatureLse>(partial, partial_out_rows(smem), partial_lse_rows(smem),
+                                       partial_lse_t_rows(smem));
     reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
     FLASHMSA_TIMELINE_PRINT();
     return;

@@ -41,11 +41,14 @@ constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one blo
 // (cudaFuncAttributeNonPortableClusterSizeAllowed; cluster_reduce.cuh). Batch 1 of MiniMax-M3
 // then runs one block per CTA.
 constexpr int kMaxClusterSplits = 16;
+// Named barrier of consumer warpgroup 0's 128 threads (warpgroup w uses 1 + w; 0 is
+// __syncthreads): the one-token consumer's exchanges and the push reduction's own-rows barrier.
+constexpr uint32_t kConsumerBarrier = 1;
 // One-token decode tiles (decode_consumer.cuh) hold one mma.sync row tile of query heads.
 constexpr int kDecodeRows = 16;
-// What a split CTA of a one-token tile pushes into its cluster leader's shared memory
-// (cluster_reduce.cuh: push_partial): fp32 out [16][128], then LSEs [16] and temperature LSEs
-// [16]. The leader receives num_splits - 1 of these.
+// What a split CTA of a one-token tile pushes into a row owner's shared memory (cluster_reduce.cuh:
+// push_partial): fp32 out [16][128], then LSEs [16] and temperature LSEs [16]. Each split
+// receives num_splits - 1 of these (it uses the rows it owns).
 constexpr uint32_t kPushSlotBytes = kDecodeRows * (kHeadDim + 2) * sizeof(float);
 
 // L2 policies of the K/V loads (PrefillParams::kv_cache_hint, the TMA cache-hint operand):
@@ -87,7 +90,7 @@ struct SmemHeader {
   uint64_t speculative_k_full;
   uint64_t speculative_v_full;
   int32_t speculative_issued;     // whether they are in use (the cluster reduction waits)
-  // The cluster leader's: the other splits' pushed partials landed (cluster_reduce.cuh).
+  // The other splits' pushes of this split's owned rows landed (cluster_reduce.cuh).
   uint64_t received_full;
 };
 
@@ -160,8 +163,8 @@ struct Smem {
   __device__ __forceinline__ int32_t* entry_blocks() const {
     return reinterpret_cast<int32_t*>(base + layout.v + kMaxCandidates * sizeof(int64_t));
   }
-  // Slot s (split s + 1's partial) of the leader's receive buffer: rows, then LSEs, then
-  // temperature LSEs.
+  // Slot s of the receive buffer (the other splits in rank order, cluster_reduce.cuh's
+  // receive_slot): rows, then LSEs, then temperature LSEs.
   __device__ __forceinline__ float* received_rows(int slot) const {
     return reinterpret_cast<float*>(base + layout.received + slot * kPushSlotBytes);
   }

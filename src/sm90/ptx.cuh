@@ -12,6 +12,20 @@ __device__ __forceinline__ uint32_t smem_address(const void* pointer) {
 
 // ---- mbarriers -------------------------------------------------------------------------------
 
+// The SM this thread runs on, and the global timer in ns (diagnostics: the timeline build,
+// scripts/sm_bandwidth.cu).
+__device__ __forceinline__ uint32_t sm_id() {
+  uint32_t id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 __device__ __forceinline__ void mbarrier_init(uint64_t* barrier, uint32_t arrive_count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(barrier)),
                "r"(arrive_count));

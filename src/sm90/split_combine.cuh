@@ -32,35 +32,6 @@ __device__ __forceinline__ void store_partial_row(float* row, float* lse_slot, f
   }
 }
 
-// log sum_i exp(values[i]): the LSE of partials that have these LSEs (-inf when all are -inf:
-// none of them read a key).
-template <int kCount>
-__device__ __forceinline__ float log_sum_exp(const float (&values)[kCount]) {
-  float maximum = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) maximum = fmaxf(maximum, values[i]);
-  if (maximum == -INFINITY) return -INFINITY;
-  float total = 0.f;
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) total += __expf(values[i] - maximum);
-  return maximum + __logf(total);
-}
-
-// value += weight x the 16 fp32 values at `source` (16-byte aligned): one consumer thread's
-// share of a partial row, as the decode consumer's warp merge and the push reduction combine.
-__device__ __forceinline__ void add_weighted_share(float4 (&value)[4], float weight,
-                                                   const float* source) {
-  const float4* shares = reinterpret_cast<const float4*>(source);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float4 x = shares[i];
-    value[i].x += weight * x.x;
-    value[i].y += weight * x.y;
-    value[i].z += weight * x.z;
-    value[i].w += weight * x.w;
-  }
-}
-
 // Four combined values to out in q's dtype (one 8-byte store), packed as the P V operand is.
 template <typename Element>
 __device__ __forceinline__ void store4(Element* destination, float4 value) {

@@ -16,6 +16,8 @@
 #ifdef FLASHMSA_TIMELINE
 #include <cstdio>
 
+#include "sm90/ptx.cuh"
+
 namespace flashmsa::sm90 {
 
 enum TimelineMark {
@@ -41,12 +43,6 @@ __device__ __forceinline__ int timeline_slot(int thread = 128) {
   return blockIdx.x < kTimelineCtas ? static_cast<int>(blockIdx.x) : -1;
 }
 
-__device__ __forceinline__ uint64_t timeline_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 __device__ __forceinline__ uint64_t timeline_cycles() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
@@ -60,7 +56,7 @@ __device__ __forceinline__ void timeline_mark(TimelineMark mark, int thread = 12
   if (slot < 0) return;
   if (mark == kMarkEntry) {
     for (int m = 0; m < kNumMarks; ++m) g_timeline[slot][m] = 0;
-    g_timeline_entry_ns[slot] = timeline_ns();
+    g_timeline_entry_ns[slot] = global_timer_ns();
   }
   g_timeline[slot][mark] = timeline_cycles();
 }
@@ -70,7 +66,7 @@ __device__ __forceinline__ void timeline_print() {
   if (slot < 0) return;
   const uint64_t* t = g_timeline[slot];
   const uint64_t entry = t[kMarkEntry], end = timeline_cycles();
-  const uint64_t entry_ns = g_timeline_entry_ns[slot], end_ns = timeline_ns();
+  const uint64_t entry_ns = g_timeline_entry_ns[slot], end_ns = global_timer_ns();
   const double ns_per_cycle =
       end > entry ? static_cast<double>(end_ns - entry_ns) / static_cast<double>(end - entry) : 0.0;
   auto since = [&](TimelineMark mark) {
@@ -78,14 +74,12 @@ __device__ __forceinline__ void timeline_print() {
                ? 0ull
                : static_cast<unsigned long long>((t[mark] - entry) * ns_per_cycle);
   };
-  uint32_t sm;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   printf("TL cta %d sm %u mhz %u entry_abs %llu waited %llu located %llu entries %llu negatives %llu "
          "candidates %llu deduplicated %llu compacted %llu planned %llu q %llu first_k %llu "
          "scores %llu softmax %llu first_v %llu last_k %llu loop %llu published %llu joined %llu "
          "reduced %llu cluster_ready %llu pushed %llu owners_ready %llu "
          "lse_combined %llu issued %llu released %llu k_issued %llu end %llu\n",
-         blockIdx.x, sm, ns_per_cycle > 0.0 ? static_cast<unsigned>(1000.0 / ns_per_cycle) : 0u,
+         blockIdx.x, sm_id(), ns_per_cycle > 0.0 ? static_cast<unsigned>(1000.0 / ns_per_cycle) : 0u,
          entry_ns, since(kMarkWaited), since(kMarkLocated), since(kMarkEntriesRead),
          since(kMarkNegativesCut), since(kMarkCandidates), since(kMarkSorted),
          since(kMarkCompacted), since(kMarkPlanned), since(kMarkQueriesLoaded),
