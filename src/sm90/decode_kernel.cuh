@@ -3,10 +3,12 @@
 // topk <= 32. It computes what prefill_kernel computes for such a call, with a start made for
 // latency:
 //   warp 0      plans the token in registers (index entries, the request's lengths and offset
-//               in one round of loads; the pages of the selected blocks in a second one; the
-//               set rules as ballots and a match), then streams the slice's blocks with TMA;
-//   warps 1-4   load the token's query rows meanwhile, then run the one-token consumer
-//               (decode_consumer.cuh) and the cluster reduction of the splits.
+//               in one round of loads; the pages of the selected blocks in a second one, read
+//               from shared memory when the guessed request held; the set rules as ballots and
+//               a match), then streams the slice's blocks with TMA;
+//   warps 1-4   load the token's query rows and the guessed request's page-table row
+//               meanwhile, then run the one-token consumer (decode_consumer.cuh) and the
+//               cluster reduction of the splits.
 // prefill_kernel spends about 5 us of a 10 us batch-1 call before its first K lands: a block-wide
 // request scan, shared-memory planning buffers and two warpgroups of code run cold on every CTA
 // (docs/performance.md). Here nothing stands between the two rounds of loads and the first TMA.
@@ -35,6 +37,30 @@ namespace flashmsa::sm90 {
 constexpr int kDecodeThreads = 32 + 128;  // the planner-producer warp, one consumer warpgroup
 constexpr int kDecodeCtasPerSm = 2;       // register budget: 65536 / (2 x 160) = 204 per thread
 constexpr uint32_t kPlanReadyBarrier = 2;  // named barrier: the plan is in shared memory
+constexpr uint32_t kPageRowBarrier = 3;    // named barrier: the guessed page-table row is too
+
+// The guessed request's page-table row, which warps 1-4 load at entry while warp 0 loads the
+// index entries, so that the plan's second round of loads reads shared memory instead of
+// global memory when the guess holds (a dependent global round trip, about 0.4 us of every
+// CTA's start). Eight pages per consumer thread: 1024 pages, a 131072-key request; blocks
+// past that are looked up in global memory as before. It lives in the second Q panel's rows
+// 16..63, which a one-token tile never loads (decode_consumer.cuh's exchange uses the first
+// panel's).
+constexpr int kPageRowLoadsPerConsumer = 8;
+constexpr int kCachedPageRow = 128 * kPageRowLoadsPerConsumer;
+static_assert(kDecodeRows * 128 + kCachedPageRow * sizeof(int32_t) <= kQPanelBytes,
+              "the cached page row must fit beside the token's Q rows");
+
+__device__ __forceinline__ int32_t* cached_page_row(const Smem& smem) {
+  return reinterpret_cast<int32_t*>(smem.q(0) + kQPanelBytes + kDecodeRows * 128);
+}
+
+// Pages of request `token` (the guess that row t is request t) that the consumers cache: none
+// for flat K/V or a row past the batch.
+__device__ __forceinline__ int cached_page_row_length(const PrefillParams& p, int64_t token) {
+  if (!p.is_paged || token >= p.batch_size) return 0;
+  return static_cast<int>(min(p.max_pages, static_cast<int64_t>(kCachedPageRow)));
+}
 
 // What the plan needs of a query row's request: its rows, key length, first key row (flat)
 // and the row's visible key limit (contract sections 4 and 5); request -1: none (no key).
@@ -100,13 +126,19 @@ __device__ inline int plan_decode_token(const PrefillParams& p, const Smem& smem
   if (!request.holds_token) request = token_request(p, search_request(p, token), token);
   const int64_t limit = request.key_limit;
   FLASHMSA_MARK_BY(0, kMarkLocated);
-  // Round two of loads (paged): the surviving blocks' pages.
+  // Round two (paged): the surviving blocks' pages, from the consumers' copy of the row when
+  // the guess held (the row they loaded is this request's), else from global memory.
+  named_barrier_sync(kPageRowBarrier, kDecodeThreads);
+  const int cached_pages = request.batch_index == token ? cached_page_row_length(p, token) : 0;
   const int union_size =
-      plan_one_token_union(p, smem, entry, limit, [&](int32_t block) {
-        return p.is_paged ? page_of_block(p.page_table, p.page_table_stride_batch,
-                                          p.page_table_stride_page, request.batch_index, block,
-                                          p.num_pages)
-                          : request.first_key_row + static_cast<int64_t>(block) * kBlockSize;
+      plan_one_token_union(p, smem, entry, limit, [&](int32_t block) -> int64_t {
+        if (!p.is_paged) return request.first_key_row + static_cast<int64_t>(block) * kBlockSize;
+        if (block < cached_pages) {
+          const int64_t page = cached_page_row(smem)[block];
+          return page >= 0 && page < p.num_pages ? page : -1;  // as page_of_block
+        }
+        return page_of_block(p.page_table, p.page_table_stride_batch, p.page_table_stride_page,
+                             request.batch_index, block, p.num_pages);
       }).size;
   if (lane == 0) {
     SmemHeader& header = smem.header();
@@ -185,7 +217,25 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
     }
     return;
   }
+  // The guessed request's page row: its loads go out with the query rows' and land in the
+  // second Q panel's idle rows once those are stored.
+  const int page_row_length = cached_page_row_length(params, token);
+  int32_t pages[kPageRowLoadsPerConsumer];
+#pragma unroll
+  for (int k = 0; k < kPageRowLoadsPerConsumer; ++k) {
+    const int i = (threadIdx.x - 32) + 128 * k;
+    pages[k] = i < page_row_length
+                   ? params.page_table[token * params.page_table_stride_batch +
+                                       i * params.page_table_stride_page]
+                   : -1;
+  }
   load_decode_queries<Element>(params, smem, token, work.kv_head);
+#pragma unroll
+  for (int k = 0; k < kPageRowLoadsPerConsumer; ++k) {
+    const int i = (threadIdx.x - 32) + 128 * k;
+    if (i < page_row_length) cached_page_row(smem)[i] = pages[k];
+  }
+  named_barrier_arrive(kPageRowBarrier, kDecodeThreads);
   named_barrier_sync(kPlanReadyBarrier, kDecodeThreads);
   allow_next_grid_launch();
   const TilePlan plan = tile_plan(header, header.union_size, work.split, params.num_splits);
