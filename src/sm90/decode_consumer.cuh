@@ -95,21 +95,31 @@ __device__ __forceinline__ void warp_scores(uint32_t q_tile, uint32_t k_tile, in
   }
 }
 
-// The block's row maxima over all four warps' keys, from each warp's over its own (quad-reduced
-// by scale_and_mask): every warp reads the same four values in the same order, so the running
-// maxima, corrections and probabilities of the four warps share one scale.
-__device__ __forceinline__ void share_block_max(OneTokenExchange& exchange, float (&block_max)[2]) {
+// Per-row values of the four warps, slots[row][warp]: this warp's values of the thread's two
+// rows in (the quad's first lane writes them); after a barrier, row_values reads all four.
+__device__ __forceinline__ void post_row_values(float4* slots, const float (&value)[2]) {
   const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   if (lane % 4 == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      reinterpret_cast<float*>(&exchange.block_max[lane / 4 + 8 * h])[warp] = block_max[h];
+      reinterpret_cast<float*>(&slots[lane / 4 + 8 * h])[warp] = value[h];
     }
   }
+}
+__device__ __forceinline__ float4 row_values(const float4* slots, int h) {
+  const int lane = threadIdx.x % 32;
+  return slots[lane / 4 + 8 * h];
+}
+
+// The block's row maxima over all four warps' keys, from each warp's over its own (quad-reduced
+// by scale_and_mask): every warp reads the same four values in the same order, so the running
+// maxima, corrections and probabilities of the four warps share one scale.
+__device__ __forceinline__ void share_block_max(OneTokenExchange& exchange, float (&block_max)[2]) {
+  post_row_values(exchange.block_max, block_max);
   named_barrier_sync(kConsumerBarrier, 128);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float4 m = exchange.block_max[lane / 4 + 8 * h];
+    const float4 m = row_values(exchange.block_max, h);
     block_max[h] = fmaxf(fmaxf(m.x, m.y), fmaxf(m.z, m.w));
   }
 }
@@ -178,23 +188,15 @@ __device__ __forceinline__ void release_stage(uint64_t* empty) {
 template <bool kTemperatureLse>
 __device__ __forceinline__ void share_row_sums(OneTokenExchange& exchange, float (&sum)[2],
                                                float (&sum_t)[2]) {
-  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  if (lane % 4 == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      reinterpret_cast<float*>(&exchange.row_sum[lane / 4 + 8 * h])[warp] = sum[h];
-      if (kTemperatureLse) {
-        reinterpret_cast<float*>(&exchange.row_sum_t[lane / 4 + 8 * h])[warp] = sum_t[h];
-      }
-    }
-  }
+  post_row_values(exchange.row_sum, sum);
+  if (kTemperatureLse) post_row_values(exchange.row_sum_t, sum_t);
   named_barrier_sync(kConsumerBarrier, 128);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float4 s = exchange.row_sum[lane / 4 + 8 * h];
+    const float4 s = row_values(exchange.row_sum, h);
     sum[h] = (s.x + s.y) + (s.z + s.w);
     if (kTemperatureLse) {
-      const float4 t = exchange.row_sum_t[lane / 4 + 8 * h];
+      const float4 t = row_values(exchange.row_sum_t, h);
       sum_t[h] = (t.x + t.y) + (t.z + t.w);
     }
   }
