@@ -112,7 +112,7 @@ __device__ __forceinline__ float4 row_values(const float4* slots, int h) {
 }
 
 // The block's row maxima over all four warps' keys, from each warp's over its own (quad-reduced
-// by scale_and_mask): every warp reads the same four values in the same order, so the running
+// by scale_and_mask_row and max_over_row_quad): every warp reads the same four values in the same order, so the running
 // maxima, corrections and probabilities of the four warps share one scale.
 __device__ __forceinline__ void share_block_max(OneTokenExchange& exchange, float (&block_max)[2]) {
   post_row_values(exchange.block_max, block_max);
@@ -278,13 +278,20 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
 #pragma unroll
     for (int h = 0; h < 2; ++h) visible[h] = row_valid[h] ? block_visible - first_key : 0;
     float block_max[2];
-    OnlineSoftmax<kTemperatureLse>::scale_and_mask(s, visible, p.scale_log2, block_max);
-    // The previous block's P is read by now: every warp passed this barrier after its P V.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      block_max[h] = max_over_row_quad(OnlineSoftmax<kTemperatureLse>::scale_and_mask_row(
+          s, h, visible[h], p.scale_log2));
+    }
+    // share_block_max's barrier also means every warp has read the previous block's P.
     share_block_max(exchange, block_max);
-    uint32_t probabilities[2 * kWarpScoreTiles];
     float correction[2];
-    softmax.template exponentiate<Element>(s, block_max, p.lse_temperature, probabilities,
-                                           correction);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      correction[h] = softmax.exponentiate_row(s, h, block_max[h], p.lse_temperature);
+    }
+    uint32_t probabilities[2 * kWarpScoreTiles];
+    OnlineSoftmax<kTemperatureLse>::template pack_probabilities<Element>(s, probabilities);
     share_probabilities(exchange, probabilities);
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
     named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory

@@ -59,62 +59,70 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void update(float (&s)[kScores], const int (&visible)[2],
                                          float scale_log2, float temperature,
                                          uint32_t (&p)[kScores / 2], float (&correction)[2]) {
-    float block_max[2];
-    scale_and_mask(s, visible, scale_log2, block_max);
-    exponentiate<Element>(s, block_max, temperature, p, correction);
+    // Row by row, each row's exponentials right after its max (the schedule the wgmma consumer
+    // was tuned with; the one-token consumer needs both rows' maxima first and calls the halves
+    // itself).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float block_max = max_over_row_quad(scale_and_mask_row(s, h, visible[h], scale_log2));
+      correction[h] = exponentiate_row(s, h, block_max, temperature);
+    }
+    pack_probabilities<Element>(s, p);
   }
 
-  // The first half of update: s scaled and masked, and each row's max over the quad's columns.
+  // The first half of update for row h: its scores scaled, columns >= visible masked to -inf,
+  // and their max over this thread's columns (the caller reduces it over the quad, or further).
   template <int kScores>
-  __device__ __forceinline__ static void scale_and_mask(float (&s)[kScores], const int (&visible)[2],
-                                                        float scale_log2, float (&block_max)[2]) {
+  __device__ __forceinline__ static float scale_and_mask_row(float (&s)[kScores], int h,
+                                                             int visible, float scale_log2) {
     constexpr int kTiles = kScores / 4;  // n-tiles of 8 columns
     const int column_base = 2 * (threadIdx.x % 4);
+    float row_block_max = -INFINITY;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float row_block_max = -INFINITY;
+    for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          float& x = s[4 * j + 2 * h + c];
-          x = (8 * j + column_base + c < visible[h]) ? x * scale_log2 : -INFINITY;
-          row_block_max = fmaxf(row_block_max, x);
-        }
+      for (int c = 0; c < 2; ++c) {
+        float& x = s[4 * j + 2 * h + c];
+        x = (8 * j + column_base + c < visible) ? x * scale_log2 : -INFINITY;
+        row_block_max = fmaxf(row_block_max, x);
       }
-      block_max[h] = max_over_row_quad(row_block_max);
     }
+    return row_block_max;
   }
 
-  // The second half: given the block's row maxima (over every column of the block that this
-  // running max covers), s becomes probabilities and the running max and sums move on.
-  template <typename Element, int kScores>
-  __device__ __forceinline__ void exponentiate(float (&s)[kScores], const float (&block_max)[2],
-                                               float temperature, uint32_t (&p)[kScores / 2],
-                                               float (&correction)[2]) {
+  // The second half for row h: given the block's max of the row (over every column this running
+  // max covers), its scores become probabilities and the running max and sums move on; returns
+  // the factor by which the row's O must be rescaled.
+  template <int kScores>
+  __device__ __forceinline__ float exponentiate_row(float (&s)[kScores], int h, float block_max,
+                                                    float temperature) {
     constexpr int kTiles = kScores / 4;
+    const float new_max = fmaxf(row_max[h], block_max);
+    const float offset = new_max == -INFINITY ? 0.f : new_max;
+    const float correction = exp2_flush(row_max[h] - offset);
+    float sum = 0.f, sum_t = 0.f;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float new_max = fmaxf(row_max[h], block_max[h]);
-      const float offset = new_max == -INFINITY ? 0.f : new_max;
-      correction[h] = exp2_flush(row_max[h] - offset);
-      float sum = 0.f, sum_t = 0.f;
+    for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          float& x = s[4 * j + 2 * h + c];
-          if constexpr (kTemperatureLse) sum_t += exp2_flush(temperature * (x - offset));
-          x = exp2_flush(x - offset);
-          sum += x;
-        }
+      for (int c = 0; c < 2; ++c) {
+        float& x = s[4 * j + 2 * h + c];
+        if constexpr (kTemperatureLse) sum_t += exp2_flush(temperature * (x - offset));
+        x = exp2_flush(x - offset);
+        sum += x;
       }
-      row_sum[h] = row_sum[h] * correction[h] + sum;
-      if constexpr (kTemperatureLse) {
-        row_sum_t[h] = row_sum_t[h] * exp2_flush(temperature * (row_max[h] - offset)) + sum_t;
-      }
-      row_max[h] = new_max;
     }
+    row_sum[h] = row_sum[h] * correction + sum;
+    if constexpr (kTemperatureLse) {
+      row_sum_t[h] = row_sum_t[h] * exp2_flush(temperature * (row_max[h] - offset)) + sum_t;
+    }
+    row_max[h] = new_max;
+    return correction;
+  }
+
+  // Probabilities packed in 16-bit for the P V product, in S's accumulator order.
+  template <typename Element, int kScores>
+  __device__ __forceinline__ static void pack_probabilities(const float (&s)[kScores],
+                                                            uint32_t (&p)[kScores / 2]) {
 #pragma unroll
     for (int i = 0; i < kScores / 2; ++i) p[i] = MmaAtoms<Element>::pack(s[2 * i], s[2 * i + 1]);
   }
@@ -147,25 +155,33 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void lse_of_sums(const float (&sum)[2], const float (&sum_t)[2],
                                               float temperature, float (&lse)[2],
                                               float (&lse_t)[2]) const {
-    constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      lse[h] = sum[h] > 0.f ? (row_max[h] + log2f(sum[h])) * kLn2 : -INFINITY;
-      if constexpr (kTemperatureLse) {
-        lse_t[h] = sum_t[h] > 0.f ? (temperature * row_max[h] + log2f(sum_t[h])) * kLn2
-                                  : -INFINITY;
-      } else {
-        lse_t[h] = lse[h];
-      }
+      lse[h] = row_lse(h, sum[h]);
+      lse_t[h] = kTemperatureLse ? row_lse_t(h, sum_t[h], temperature) : lse[h];
     }
   }
 
   // Completes the row sums across the quad; returns natural-log LSEs (-inf for empty rows).
   __device__ __forceinline__ void finish(float (&lse)[2], float (&lse_t)[2], float (&sum)[2],
                                          float temperature) {
-    float sum_t[2];
-    quad_sums(sum, sum_t);
-    lse_of_sums(sum, sum_t, temperature, lse, lse_t);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sum[h] = sum_over_row_quad(row_sum[h]);
+      lse[h] = row_lse(h, sum[h]);
+      lse_t[h] = kTemperatureLse
+                     ? row_lse_t(h, sum_over_row_quad(row_sum_t[h]), temperature)
+                     : lse[h];
+    }
+  }
+
+ private:
+  static constexpr float kLn2 = 0.6931471805599453f;
+  __device__ __forceinline__ float row_lse(int h, float sum) const {
+    return sum > 0.f ? (row_max[h] + log2f(sum)) * kLn2 : -INFINITY;
+  }
+  __device__ __forceinline__ float row_lse_t(int h, float sum_t, float temperature) const {
+    return sum_t > 0.f ? (temperature * row_max[h] + log2f(sum_t)) * kLn2 : -INFINITY;
   }
 };
 
