@@ -66,13 +66,17 @@ __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumula
   }
 }
 
-// Splits whose partials the pull reads at once (its registers: four per split).
+// Splits whose partials a lane reads at once (its registers: four per split).
 constexpr int kPullBatch = 8;
 
-// One warp: row `row` of the tile's partial combined over the splits and written out. Lane
-// s < splits reads split s's LSEs (lse_of(s), lse_t_of(s)); every lane then combines columns
-// 4 * lane .. + 3 (value_of(s): a float4), requesting up to kPullBatch splits' values before it
-// uses the first: one shared-memory latency per batch of splits instead of one per split.
+// One warp: row `row` of the tile's partial combined over the splits and written out. Every lane
+// reads all splits' LSEs (lse_of(s), lse_t_of(s): the same address across the warp, one
+// broadcast each) and computes the row's LSE and the splits' weights itself, then combines
+// columns 4 * lane .. + 3 (value_of(s): a float4), requesting up to kPullBatch splits' values
+// before it uses the first. Every load is independent of the others: one shared-memory latency
+// per batch of splits, where a warp-wide log-sum-exp (ten dependent shuffles) and a shuffle per
+// weight made a chain of about 1 us per row (batch 16's two owned rows per warp,
+// docs/performance.md).
 template <typename Element, bool kTemperatureLse, typename LseOf, typename LseTOf,
           typename ValueOf>
 __device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, int splits,
@@ -80,19 +84,32 @@ __device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, 
                                                         LseOf lse_of, LseTOf lse_t_of,
                                                         ValueOf value_of) {
   const int lane = threadIdx.x % 32;
-  // Lane s < splits holds split s's LSEs (splits <= kMaxClusterSplits <= 32).
-  float lse_part[2] = {-INFINITY, -INFINITY}, lse_t_part[2] = {-INFINITY, -INFINITY};
-  if (lane < splits) {
-    lse_part[0] = lse_of(lane);
-    if (kTemperatureLse) lse_t_part[0] = lse_t_of(lane);
+  float lse_part[kMaxClusterSplits], lse_t_part[kMaxClusterSplits];
+  float maximum = -INFINITY, maximum_t = -INFINITY;
+#pragma unroll
+  for (int s = 0; s < kMaxClusterSplits; ++s) {
+    if (s >= splits) break;
+    lse_part[s] = lse_of(s);
+    maximum = fmaxf(maximum, lse_part[s]);
+    if (kTemperatureLse) {
+      lse_t_part[s] = lse_t_of(s);
+      maximum_t = fmaxf(maximum_t, lse_t_part[s]);
+    }
   }
-  const float lse = warp_log_sum_exp(lse_part);
+  float sum_exp = 0.f, sum_exp_t = 0.f;
+#pragma unroll
+  for (int s = 0; s < kMaxClusterSplits; ++s) {
+    if (s >= splits) break;
+    if (maximum != -INFINITY) sum_exp += __expf(lse_part[s] - maximum);
+    if (kTemperatureLse && maximum_t != -INFINITY) sum_exp_t += __expf(lse_t_part[s] - maximum_t);
+  }
+  const float lse = maximum == -INFINITY ? -INFINITY : maximum + __logf(sum_exp);
   FLASHMSA_MARK(kMarkLseCombined);
-  const float weight = lse == -INFINITY ? 0.f : __expf(lse_part[0] - lse);
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
   if (lse != -INFINITY) {
-#pragma unroll 1
-    for (int first = 0; first < splits; first += kPullBatch) {
+#pragma unroll
+    for (int first = 0; first < kMaxClusterSplits; first += kPullBatch) {
+      if (first >= splits) break;
       float4 value[kPullBatch];
 #pragma unroll
       for (int s = 0; s < kPullBatch; ++s) {
@@ -100,8 +117,8 @@ __device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, 
       }
 #pragma unroll
       for (int s = 0; s < kPullBatch; ++s) {
-        const float w = __shfl_sync(0xffffffffu, weight, first + s);
         if (first + s >= splits) continue;
+        const float w = __expf(lse_part[first + s] - lse);
         sum.x += w * value[s].x;
         sum.y += w * value[s].y;
         sum.z += w * value[s].z;
@@ -110,10 +127,12 @@ __device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, 
     }
   }
   store4(static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) + 4 * lane, sum);
-  const float lse_t = kTemperatureLse ? warp_log_sum_exp(lse_t_part) : 0.f;
   if (lane == 0) {
     if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = lse;
-    if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = lse_t;
+    if (kTemperatureLse) {
+      p.output.lse_t[p.output.lse_t_offset(token, head)] =
+          maximum_t == -INFINITY ? -INFINITY : maximum_t + __logf(sum_exp_t);
+    }
   }
 }
 
