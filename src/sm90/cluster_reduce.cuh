@@ -70,13 +70,12 @@ __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumula
 constexpr int kPullBatch = 8;
 
 // One warp: row `row` of the tile's partial combined over the splits and written out. Every lane
-// reads all splits' LSEs (lse_of(s), lse_t_of(s): the same address across the warp, one
-// broadcast each) and computes the row's LSE and the splits' weights itself, then combines
-// columns 4 * lane .. + 3 (value_of(s): a float4), requesting up to kPullBatch splits' values
-// before it uses the first. Every load is independent of the others: one shared-memory latency
-// per batch of splits, where a warp-wide log-sum-exp (ten dependent shuffles) and a shuffle per
-// weight made a chain of about 1 us per row (batch 16's two owned rows per warp,
-// docs/performance.md).
+// reads all splits' LSEs (lse_of(s), lse_t_of(s): one address across the warp, a broadcast) and
+// computes the row's LSE and the splits' weights itself, then combines columns 4 * lane .. + 3
+// (value_of(s): a float4). The first kPullBatch splits' values go out with the LSEs, later ones
+// a batch at a time, and no load waits for another: one shared-memory latency per batch, where
+// a warp-wide log-sum-exp (ten dependent shuffles) and a shuffle per weight made a chain of
+// about 1 us per row (batch 16 combines two rows per warp, docs/performance.md).
 template <typename Element, bool kTemperatureLse, typename LseOf, typename LseTOf,
           typename ValueOf>
 __device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, int splits,
@@ -85,16 +84,20 @@ __device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, 
                                                         ValueOf value_of) {
   const int lane = threadIdx.x % 32;
   float lse_part[kMaxClusterSplits], lse_t_part[kMaxClusterSplits];
-  float maximum = -INFINITY, maximum_t = -INFINITY;
+  float4 value[kPullBatch];
 #pragma unroll
   for (int s = 0; s < kMaxClusterSplits; ++s) {
     if (s >= splits) break;
     lse_part[s] = lse_of(s);
+    if (kTemperatureLse) lse_t_part[s] = lse_t_of(s);
+    if (s < kPullBatch) value[s] = value_of(s);
+  }
+  float maximum = -INFINITY, maximum_t = -INFINITY;
+#pragma unroll
+  for (int s = 0; s < kMaxClusterSplits; ++s) {
+    if (s >= splits) break;
     maximum = fmaxf(maximum, lse_part[s]);
-    if (kTemperatureLse) {
-      lse_t_part[s] = lse_t_of(s);
-      maximum_t = fmaxf(maximum_t, lse_t_part[s]);
-    }
+    if (kTemperatureLse) maximum_t = fmaxf(maximum_t, lse_t_part[s]);
   }
   float sum_exp = 0.f, sum_exp_t = 0.f;
 #pragma unroll
@@ -110,10 +113,11 @@ __device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, 
 #pragma unroll
     for (int first = 0; first < kMaxClusterSplits; first += kPullBatch) {
       if (first >= splits) break;
-      float4 value[kPullBatch];
+      if (first > 0) {  // the first batch went out with the LSEs
 #pragma unroll
-      for (int s = 0; s < kPullBatch; ++s) {
-        if (first + s < splits) value[s] = value_of(first + s);
+        for (int s = 0; s < kPullBatch; ++s) {
+          if (first + s < splits) value[s] = value_of(first + s);
+        }
       }
 #pragma unroll
       for (int s = 0; s < kPullBatch; ++s) {
