@@ -220,20 +220,19 @@ struct RowPartial {
   bool sends_lse;
 };
 
-// A thread's share of a partial into fp32 rows [row][kHeadDim] at `rows`, its LSEs into
-// lse[row] and lse_t[row] (by the row's sending thread): an owner's own rows (push) or the
-// CTA's partial for the pull.
+// A thread's share of a partial into the fp32 row at `row` (kHeadDim values), the row's LSEs
+// into *lse and *lse_t (by the row's sending thread): an owner's own rows (push), the CTA's
+// partial for the pull, or the workspace for the merge kernel.
 template <bool kTemperatureLse>
-__device__ __forceinline__ void store_row_partial(const RowPartial& partial, float* rows,
+__device__ __forceinline__ void store_row_partial(const RowPartial& partial, float* row,
                                                   float* lse, float* lse_t) {
-  float* row = rows + partial.row * kHeadDim + partial.column;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    *reinterpret_cast<float4*>(row + kRowPartialStride * j) = partial.value[j];
+    *reinterpret_cast<float4*>(row + partial.column + kRowPartialStride * j) = partial.value[j];
   }
   if (partial.sends_lse) {
-    lse[partial.row] = partial.lse;
-    if (kTemperatureLse) lse_t[partial.row] = partial.lse_t;
+    *lse = partial.lse;
+    if (kTemperatureLse) *lse_t = partial.lse_t;
   }
 }
 
@@ -298,8 +297,9 @@ __device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Sme
   if (row_owner(partial.row, splits) != split) {
     push_partial<kTemperatureLse>(smem, split, splits, partial);
   } else {
-    store_row_partial<kTemperatureLse>(partial, own_partial_rows(smem), own_partial_lse(smem),
-                                       own_partial_lse_t(smem));
+    store_row_partial<kTemperatureLse>(partial, own_partial_rows(smem) + partial.row * kHeadDim,
+                                       own_partial_lse(smem) + partial.row,
+                                       own_partial_lse_t(smem) + partial.row);
   }
   FLASHMSA_MARK(kMarkPushed);
   named_barrier_sync(kConsumerBarrier, 128);  // own rows written

@@ -13,8 +13,8 @@
 // quarter of the CTA's output rows: nothing is merged. The earlier split (each warp all 128
 // dims of its 32 keys) ended with a merge of four 8 KiB partials through bank-conflicted
 // shared memory that took 1.6 us of batch 1's 8.0 (docs/performance.md).
-// The KV split's CTAs are then reduced through the cluster (cluster_reduce.cuh), or the
-// output is written directly. Decode moves K and V once through the SM: what limits it is the
+// The KV split's CTAs are then reduced through the cluster (cluster_reduce.cuh) or through
+// the workspace and the merge kernel (merge.cu), or the output is written directly. Decode moves K and V once through the SM: what limits it is the
 // latency of each block's chain, not tensor throughput.
 #pragma once
 
@@ -327,8 +327,9 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   }
   if (p.cluster_reduce) {
     // This CTA's partial, where publish_partial leaves the wgmma consumer's, for the pull.
-    store_row_partial<kTemperatureLse>(partial, partial_out_rows(smem), partial_lse_rows(smem),
-                                       partial_lse_t_rows(smem));
+    store_row_partial<kTemperatureLse>(partial, partial_out_rows(smem) + partial.row * kHeadDim,
+                                       partial_lse_rows(smem) + partial.row,
+                                       partial_lse_t_rows(smem) + partial.row);
     reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
     FLASHMSA_TIMELINE_PRINT();
     return;
@@ -337,6 +338,14 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   if (source.valid) {
     const int64_t token = plan.first_row;
     const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + source.head;
+    if (p.num_splits > 1) {  // splits outside a cluster: fp32 partials for merge.cu
+      const int64_t partial_row = (plan.split * p.total_q + token) * p.num_qo_heads + head;
+      store_row_partial<kTemperatureLse>(partial, p.partial_out + partial_row * kHeadDim,
+                                         p.partial_lse + partial_row,
+                                         p.partial_lse_t + partial_row);
+      FLASHMSA_TIMELINE_PRINT();
+      return;
+    }
     Element* out = static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) +
                    partial.column;
 #pragma unroll

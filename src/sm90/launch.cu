@@ -149,7 +149,8 @@ struct TileConfig {
 // FLASHMSA_TUNE_CTAS_PER_SM (1: one decode CTA per SM, deep pipeline, whatever the grid),
 // FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFILL_STAGES
 // (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
-// cluster reductions pull instead of push). Unset, or not a number in
+// cluster reductions pull instead of push), FLASHMSA_TUNE_CLUSTER (0: decode splits merge
+// through the workspace instead of their cluster). Unset, or not a number in
 // [minimum, maximum], leaves the heuristic's value.
 int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_t maximum) {
   const char* text = std::getenv(name);
@@ -291,7 +292,11 @@ TileConfig tile_config(const flashmsa_args& args) {
   if (decode_like && tuning_override("FLASHMSA_TUNE_CTAS_PER_SM", 0, 1, 2) == 1) {
     c.ctas_per_sm = 1;
   }
-  c.cluster_reduce = decode_like && c.num_splits > 1;
+  // FLASHMSA_TUNE_CLUSTER=0 (a measurement): decode splits are independent CTAs whose partials
+  // the merge kernel combines from the workspace, so the block scheduler hands a freed slot the
+  // next split wherever an SM finishes early (batch 64's SMs end 53-68 us apart).
+  c.cluster_reduce = decode_like && c.num_splits > 1 &&
+                     tuning_override("FLASHMSA_TUNE_CLUSTER", 1, 0, 1) != 0;
   // One CTA per SM leaves room for the receive buffer ((splits - 1) x 8.1 KiB) beside the
   // stages. At two per SM it fits beside the one stage only for a few splits, and only without
   // warp planning's scratch (the one-token kernel).
@@ -503,16 +508,16 @@ void run_sm90(const flashmsa_args& args) {
   cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
   const bool bf16 = args.q_dtype == FLASHMSA_DTYPE_BF16;
   cudaError_t status;
-  if (tiles.one_token_kernel) {  // splits, if any, reduce in their cluster
+  if (tiles.one_token_kernel) {
     status = bf16 ? sm90::launch_one_token_decode<__nv_bfloat16>(params, grid, temperature_lse,
                                                                  stream)
                   : sm90::launch_one_token_decode<__half>(params, grid, temperature_lse, stream);
     check_cuda(status, "launching the sm90 one-token decode kernel");
-    return;
+  } else {
+    status = bf16 ? sm90::launch_prefill<__nv_bfloat16>(params, grid, temperature_lse, stream)
+                  : sm90::launch_prefill<__half>(params, grid, temperature_lse, stream);
+    check_cuda(status, "launching the sm90 prefill kernel");
   }
-  status = bf16 ? sm90::launch_prefill<__nv_bfloat16>(params, grid, temperature_lse, stream)
-                : sm90::launch_prefill<__half>(params, grid, temperature_lse, stream);
-  check_cuda(status, "launching the sm90 prefill kernel");
   if (!tiles.merges_in_workspace()) return;
 
   sm90::MergeParams merge;
