@@ -83,6 +83,7 @@ __device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, 
                                                         LseOf lse_of, LseTOf lse_t_of,
                                                         ValueOf value_of) {
   const int lane = threadIdx.x % 32;
+  // lse_part[s]: split s's LSE, then its exp(lse_s - maximum).
   float lse_part[kMaxClusterSplits], lse_t_part[kMaxClusterSplits];
   float4 value[kPullBatch];
 #pragma unroll
@@ -99,17 +100,21 @@ __device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, 
     maximum = fmaxf(maximum, lse_part[s]);
     if (kTemperatureLse) maximum_t = fmaxf(maximum_t, lse_t_part[s]);
   }
+  // Split s weighs exp(lse_s - lse) = exp(lse_s - maximum) / sum_exp: one exponential per
+  // split, reused for its weight.
   float sum_exp = 0.f, sum_exp_t = 0.f;
 #pragma unroll
   for (int s = 0; s < kMaxClusterSplits; ++s) {
     if (s >= splits) break;
-    if (maximum != -INFINITY) sum_exp += __expf(lse_part[s] - maximum);
+    lse_part[s] = maximum == -INFINITY ? 0.f : __expf(lse_part[s] - maximum);
+    sum_exp += lse_part[s];
     if (kTemperatureLse && maximum_t != -INFINITY) sum_exp_t += __expf(lse_t_part[s] - maximum_t);
   }
   const float lse = maximum == -INFINITY ? -INFINITY : maximum + __logf(sum_exp);
   FLASHMSA_MARK(kMarkLseCombined);
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
   if (lse != -INFINITY) {
+    const float inverse_sum = 1.f / sum_exp;
 #pragma unroll
     for (int first = 0; first < kMaxClusterSplits; first += kPullBatch) {
       if (first >= splits) break;
@@ -122,7 +127,7 @@ __device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, 
 #pragma unroll
       for (int s = 0; s < kPullBatch; ++s) {
         if (first + s >= splits) continue;
-        const float w = __expf(lse_part[first + s] - lse);
+        const float w = lse_part[first + s] * inverse_sum;
         sum.x += w * value[s].x;
         sum.y += w * value[s].y;
         sum.z += w * value[s].z;
@@ -314,19 +319,21 @@ __device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Sme
     const int owned_row = split + splits * i;
     const RowSource source = row_source(p, plan, 0, head_chunk, owned_row);
     if (!source.valid) continue;  // warp-uniform
-    // Split s's row: this split's own, or the receive slot of sender s.
-    auto lse_of = [&](int s) {
-      return s == split ? own_partial_lse(smem)[owned_row]
-                        : smem.received_lse(receive_slot(s, split))[owned_row];
+    // Split s's partial: this split's own, or the receive slot of sender s (one layout: rows,
+    // LSEs, temperature LSEs). Chosen as an offset from the shared-memory base, so that the
+    // loads stay shared-memory loads (a choice between two pointers made them generic).
+    auto partial_of = [&](int s) {
+      const uint32_t offset =
+          s == split ? smem.layout.v
+                     : smem.layout.received + receive_slot(s, split) * kPushSlotBytes;
+      return reinterpret_cast<const float*>(smem.base + offset);
     };
+    auto lse_of = [&](int s) { return partial_of(s)[kDecodeRows * kHeadDim + owned_row]; };
     auto lse_t_of = [&](int s) {
-      return s == split ? own_partial_lse_t(smem)[owned_row]
-                        : smem.received_lse_t(receive_slot(s, split))[owned_row];
+      return partial_of(s)[kDecodeRows * kHeadDim + kDecodeRows + owned_row];
     };
     auto value_of = [&](int s) {
-      const float* rows = s == split ? own_partial_rows(smem)
-                                     : smem.received_rows(receive_slot(s, split));
-      return *reinterpret_cast<const float4*>(rows + owned_row * kHeadDim + 4 * lane);
+      return *reinterpret_cast<const float4*>(partial_of(s) + owned_row * kHeadDim + 4 * lane);
     };
     combine_row_over_splits<Element, kTemperatureLse>(
         p, splits, plan.first_row + source.tile_token,
