@@ -266,7 +266,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     const int64_t token = plan.first_row + rows[h].tile_token;
     const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + rows[h].head;
     if (p.num_splits > 1) {
-      const int64_t partial_row = (plan.split * p.total_q + token) * p.num_qo_heads + head;
+      const int64_t partial_row = workspace_partial_row(p, plan.split, token, head);
       store_partial_row<kTemperatureLse>(p.partial_out + partial_row * kHeadDim,
                                          p.partial_lse + partial_row,
                                          kTemperatureLse ? p.partial_lse_t + partial_row : nullptr,

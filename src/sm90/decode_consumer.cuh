@@ -339,7 +339,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
     const int64_t token = plan.first_row;
     const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + source.head;
     if (p.num_splits > 1) {  // splits outside a cluster: fp32 partials for merge.cu
-      const int64_t partial_row = (plan.split * p.total_q + token) * p.num_qo_heads + head;
+      const int64_t partial_row = workspace_partial_row(p, plan.split, token, head);
       store_row_partial<kTemperatureLse>(partial, p.partial_out + partial_row * kHeadDim,
                                          p.partial_lse + partial_row,
                                          p.partial_lse_t + partial_row);

@@ -9,8 +9,16 @@
 #include <math.h>
 
 #include "sm90/mma.cuh"
+#include "sm90/params.h"
 
 namespace flashmsa::sm90 {
+
+// Row (split, token, head) of the workspace partials: (num_splits, total_q, Hq) rows of
+// kHeadDim fp32 values and their LSEs (launch.cu: workspace_layout; merge.cu reads them).
+__device__ __forceinline__ int64_t workspace_partial_row(const PrefillParams& p, int split,
+                                                         int64_t token, int64_t head) {
+  return (split * p.total_q + token) * p.num_qo_heads + head;
+}
 
 // Accumulator row h of a consumer thread (its 32 of the row's 128 columns), times `scale`, into
 // the fp32 row at `row`, and the row's LSEs by the first lane of the row's quad. The same for
