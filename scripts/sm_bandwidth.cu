@@ -17,6 +17,14 @@
 //    GB/s and the per-SM spread (does more in flight even the SMs out?); for 4 stages also the
 //    slowest and fastest SMs, the per-GPC means, and over the repeats how alike an SM's rates
 //    are from one run to the next (correlation of run 1 with each later run).
+// 3. Rows: the same stream at 4 stages, but each 32 KiB stage gathered from rows of 128, 256 or
+//    1024 bytes at a 1 KiB stride (one copy per row). 256 of every 1024 bytes is what one KV
+//    head of a paged block is (a token's 4 heads x 128 dims x 2 bytes per 1 KiB row): does
+//    that pattern read slower than whole rows, and is 4.0 TB/s in reach for decode at all?
+//    First run (H200, docs/gpu_runs/77c324c/sm_bandwidth_rows.log): all three row sizes take
+//    the same time per copy (about 27-34 million copies per second per SM), so one bulk copy
+//    per row measures the copy instruction's issue rate, not DRAM. The question needs the
+//    decode kernel's own load: a TMA tensor map whose box is 128 rows of 128 or 256 bytes.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -60,12 +68,20 @@ __device__ __forceinline__ void bulk_load(void* destination, const void* source,
 
 // One thread issues, the block's other threads wait on the stages and touch one word of each
 // (so a stage is "consumed" before it is refilled, as a consumer would).
+// Rows of row_bytes at a kRowStride stride fill each stage (row_bytes = kStageBytes: one
+// contiguous copy); a CTA's share spans bytes_per_cta and it reads row_bytes of each stride.
+constexpr uint32_t kRowStride = 1024;
+
 __global__ void stream_share(const uint8_t* data, uint64_t bytes_per_cta, int num_stages,
-                             uint32_t* sm_of_cta, uint64_t* ns_of_cta, uint32_t* sink) {
+                             uint32_t row_bytes, uint32_t* sm_of_cta, uint64_t* ns_of_cta,
+                             uint32_t* sink) {
   extern __shared__ __align__(1024) uint8_t stages[];
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   const uint8_t* share = data + blockIdx.x * bytes_per_cta;
-  const uint64_t steps = bytes_per_cta / kStageBytes;
+  const bool rows = row_bytes < kStageBytes;
+  const uint32_t rows_per_stage = kStageBytes / row_bytes;
+  const uint64_t span_per_stage = rows ? uint64_t{rows_per_stage} * kRowStride : kStageBytes;
+  const uint64_t steps = bytes_per_cta / span_per_stage;
   if (threadIdx.x == 0) {
     for (int s = 0; s < num_stages; ++s) {
       mbarrier_init(&full[s], 1);
@@ -77,13 +93,24 @@ __global__ void stream_share(const uint8_t* data, uint64_t bytes_per_cta, int nu
   const uint64_t start = global_timer_ns();
   uint32_t acc = 0;
   if (threadIdx.x < 32) {
-    if (threadIdx.x == 0) {
-      for (uint64_t i = 0; i < steps; ++i) {
-        const int s = static_cast<int>(i % num_stages);
-        const uint32_t phase = static_cast<uint32_t>((i / num_stages) & 1);
+    const int lane = threadIdx.x;
+    for (uint64_t i = 0; i < steps; ++i) {
+      const int s = static_cast<int>(i % num_stages);
+      const uint32_t phase = static_cast<uint32_t>((i / num_stages) & 1);
+      if (lane == 0) {
         mbarrier_wait(&empty[s], phase ^ 1);
         mbarrier_arrive_expect_tx(&full[s], kStageBytes);
-        bulk_load(stages + s * kStageBytes, share + i * kStageBytes, kStageBytes, &full[s]);
+      }
+      __syncwarp();
+      if (!rows) {
+        if (lane == 0) {
+          bulk_load(stages + s * kStageBytes, share + i * kStageBytes, kStageBytes, &full[s]);
+        }
+      } else {
+        for (uint32_t r = lane; r < rows_per_stage; r += 32) {
+          bulk_load(stages + s * kStageBytes + r * row_bytes,
+                    share + i * span_per_stage + uint64_t{r} * kRowStride, row_bytes, &full[s]);
+        }
       }
     }
   } else {
@@ -203,8 +230,8 @@ int main(int argc, char** argv) {
       CHECK(cudaEventCreate(&begin));
       CHECK(cudaEventCreate(&end));
       CHECK(cudaEventRecord(begin));
-      stream_share<<<sms, 160, smem>>>(data, bytes_per_cta, num_stages, sm_of_cta, ns_of_cta,
-                                       sink);
+      stream_share<<<sms, 160, smem>>>(data, bytes_per_cta, num_stages, kStageBytes, sm_of_cta,
+                                       ns_of_cta, sink);
       CHECK(cudaGetLastError());
       CHECK(cudaEventRecord(end));
       CHECK(cudaEventSynchronize(end));
@@ -262,6 +289,29 @@ int main(int argc, char** argv) {
   for (size_t r = 1; r < rate_by_run.size(); ++r) {
     std::printf("correlation of SM rates, run 1 with run %zu: %.2f\n", r + 1,
                 correlation(rate_by_run[0], rate_by_run[r]));
+  }
+  // 3. Rows at a 1 KiB stride, 4 stages: GB/s of the bytes read.
+  for (uint32_t row_bytes : {1024u, 256u, 128u}) {
+    const uint64_t read_per_cta = bytes_per_cta / kRowStride * row_bytes;
+    for (int run = 0; run < repeats + 1; ++run) {  // run 0 warms up
+      cudaEvent_t begin, end;
+      CHECK(cudaEventCreate(&begin));
+      CHECK(cudaEventCreate(&end));
+      CHECK(cudaEventRecord(begin));
+      stream_share<<<sms, 160, 4 * kStageBytes>>>(data, bytes_per_cta, 4, row_bytes, sm_of_cta,
+                                                  ns_of_cta, sink);
+      CHECK(cudaGetLastError());
+      CHECK(cudaEventRecord(end));
+      CHECK(cudaEventSynchronize(end));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, begin, end));
+      CHECK(cudaEventDestroy(begin));
+      CHECK(cudaEventDestroy(end));
+      if (run == 0) continue;
+      std::printf("rows of %4u B every %u B, 4 stages, run %d: %.1f GB/s read over the call "
+                  "(%.3f ms)\n", row_bytes, kRowStride, run,
+                  static_cast<double>(read_per_cta) * sms / (ms * 1e6), ms);
+    }
   }
   CHECK(cudaFree(data));
   CHECK(cudaFree(sm_of_cta));
