@@ -1,0 +1,36 @@
+"""Does the paged layout's interleaving of KV heads limit decode bandwidth? One-token decode of
+256 (request, KV head) items of 16 random blocks each, KV 32768, in three layouts of the same
+bytes: 4 KV heads per page row (MiniMax-M3: a head's block is 128 rows of 256 bytes at a 1 KiB
+stride), 2 heads (256 of every 512 bytes) and 1 head (each block one contiguous 32 KiB). The
+kernel path is the same (one split, 256 CTAs, group of 16 query heads); only the layout moves.
+
+    FLASHMSA_LIBRARY=build-gpu/libflashmsa.so PYTHONPATH=python python3 scripts/head_layout_probe.py
+"""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from kernel_smoke import kv_bytes, make_case, time_graph  # noqa: E402
+
+CASES = ((64, 64, 4), (128, 32, 2), (256, 16, 1))  # (batch, Hq, Hkv): Hkv x batch = 256 items
+
+
+def main():
+    print(torch.cuda.get_device_name(), flush=True)
+    for round_index in range(2):
+        for batch, hq, hkv in CASES:
+            args = make_case(batch, hq, hkv, 16, [1] * batch, [32768] * batch, True,
+                             pattern="random", paged=True, seed=round_index)
+            seconds = time_graph(args)
+            seconds = time_graph(args)  # the second timing of an input set (scripts/warming.py)
+            print(f"round {round_index} b{batch:3d} hq{hq:2d} hkv{hkv} "
+                  f"{seconds * 1e6:8.1f} us {kv_bytes(args) / seconds / 1e12:6.3f} TB/s",
+                  flush=True)
+            del args
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
