@@ -32,5 +32,21 @@ def main():
             torch.cuda.empty_cache()
 
 
+def freshness():
+    """--freshness: batch 64 (M3 heads) from caches of 0.25, 1 and 4 GiB (KV 2048, 8192, 32768:
+    the same 16 blocks per item): the first timing of each new input set against its second.
+    If the fresh set's extra time shrinks with the cache, it is address translation."""
+    print(torch.cuda.get_device_name(), flush=True)
+    for kv_len in (2048, 8192, 32768):
+        for seed in (10, 11):
+            args = make_case(64, 64, 4, 16, [1] * 64, [kv_len] * 64, True, pattern="random",
+                             paged=True, seed=seed)
+            fresh, warm = time_graph(args), time_graph(args)
+            print(f"kv{kv_len:6d} seed {seed} fresh {fresh * 1e6:7.1f} us warm {warm * 1e6:7.1f} us "
+                  f"({kv_bytes(args) / warm / 1e12:5.3f} TB/s warm)", flush=True)
+            del args
+            torch.cuda.empty_cache()
+
+
 if __name__ == "__main__":
-    main()
+    freshness() if sys.argv[1:] == ["--freshness"] else main()
