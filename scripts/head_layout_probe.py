@@ -5,13 +5,18 @@ stride), 2 heads (256 of every 512 bytes) and 1 head (each block one contiguous 
 kernel path is the same (one split, 256 CTAs, group of 16 query heads); only the layout moves.
 
     FLASHMSA_LIBRARY=build-gpu/libflashmsa.so PYTHONPATH=python python3 scripts/head_layout_probe.py
+
+--freshness instead times batch 64 fresh, warm, after idle and rotating selections, from caches
+of three sizes (see freshness()).
 """
 import os
 import sys
+import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+import flashmsa  # noqa: E402
 from kernel_smoke import kv_bytes, make_case, time_graph  # noqa: E402
 
 CASES = ((64, 64, 4), (128, 32, 2), (256, 16, 1))  # (batch, Hq, Hkv): Hkv x batch = 256 items
@@ -32,19 +37,52 @@ def main():
             torch.cuda.empty_cache()
 
 
+def time_rotating_graph(arg_sets, reps=50):
+    """time_graph's timing for a graph of 10 calls that cycle through arg_sets."""
+    for args in arg_sets:
+        flashmsa.msa_sparse_attention(**args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(10):
+            flashmsa.msa_sparse_attention(**arg_sets[i % len(arg_sets)])
+    for _ in range(3):
+        graph.replay()
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        start[i].record()
+        graph.replay()
+        end[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(start, end))
+    return times[len(times) // 2] * 1e-3 / 10
+
+
 def freshness():
     """--freshness: batch 64 (M3 heads) from caches of 0.25, 1 and 4 GiB (KV 2048, 8192, 32768:
-    the same 16 blocks per item): the first timing of each new input set against its second.
-    If the fresh set's extra time shrinks with the cache, it is address translation."""
+    the same 16 blocks per item). Timings of 10-call graphs, in order:
+      fresh   the first timing of a new case (its cache just allocated and filled);
+      warm    the same graph built again;
+      idle    again after 0.3 s of idle GPU (if slow again: clocks or power state);
+      rotate  10 calls cycling through 2 selections of the same cache (if slow: new blocks
+              from call to call cost, as in the benchmark, which rotates selections)."""
     print(torch.cuda.get_device_name(), flush=True)
     for kv_len in (2048, 8192, 32768):
         for seed in (10, 11):
             args = make_case(64, 64, 4, 16, [1] * 64, [kv_len] * 64, True, pattern="random",
                              paged=True, seed=seed)
+            other = dict(args, q2k_indices=make_case(
+                64, 64, 4, 16, [1] * 64, [kv_len] * 64, True, pattern="random", paged=True,
+                seed=seed + 100)["q2k_indices"])
             fresh, warm = time_graph(args), time_graph(args)
+            time.sleep(0.3)
+            idle = time_graph(args)
+            rotate = time_rotating_graph([args, other])
             print(f"kv{kv_len:6d} seed {seed} fresh {fresh * 1e6:7.1f} us warm {warm * 1e6:7.1f} us "
+                  f"idle {idle * 1e6:7.1f} us rotate {rotate * 1e6:7.1f} us "
                   f"({kv_bytes(args) / warm / 1e12:5.3f} TB/s warm)", flush=True)
-            del args
+            del args, other
             torch.cuda.empty_cache()
 
 
