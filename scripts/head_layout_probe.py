@@ -16,7 +16,6 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-import flashmsa  # noqa: E402
 from kernel_smoke import kv_bytes, make_case, time_graph  # noqa: E402
 
 CASES = ((64, 64, 4), (128, 32, 2), (256, 16, 1))  # (batch, Hq, Hkv): Hkv x batch = 256 items
@@ -35,28 +34,6 @@ def main():
                   flush=True)
             del args
             torch.cuda.empty_cache()
-
-
-def time_rotating_graph(arg_sets, reps=50):
-    """time_graph's timing for a graph of 10 calls that cycle through arg_sets."""
-    for args in arg_sets:
-        flashmsa.msa_sparse_attention(**args)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(10):
-            flashmsa.msa_sparse_attention(**arg_sets[i % len(arg_sets)])
-    for _ in range(3):
-        graph.replay()
-    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        start[i].record()
-        graph.replay()
-        end[i].record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(start, end))
-    return times[len(times) // 2] * 1e-3 / 10
 
 
 def freshness():
@@ -78,7 +55,7 @@ def freshness():
             fresh, warm = time_graph(args), time_graph(args)
             time.sleep(0.3)
             idle = time_graph(args)
-            rotate = time_rotating_graph([args, other])
+            rotate = time_graph([args, other])
             print(f"kv{kv_len:6d} seed {seed} fresh {fresh * 1e6:7.1f} us warm {warm * 1e6:7.1f} us "
                   f"idle {idle * 1e6:7.1f} us rotate {rotate * 1e6:7.1f} us "
                   f"({kv_bytes(args) / warm / 1e12:5.3f} TB/s warm)", flush=True)

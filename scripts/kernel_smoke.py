@@ -141,12 +141,16 @@ def decode_tuning_sweep(settings=None):
 
 
 def time_graph(args, reps=50):
-    flashmsa.msa_sparse_attention(**args)
+    """Seconds per call: median replay of a graph of 10 calls of `args`, or of calls cycling
+    through a list of argument sets."""
+    arg_sets = args if isinstance(args, list) else [args]
+    for call_args in arg_sets:
+        flashmsa.msa_sparse_attention(**call_args)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(10):
-            flashmsa.msa_sparse_attention(**args)
+        for i in range(10):
+            flashmsa.msa_sparse_attention(**arg_sets[i % len(arg_sets)])
     for _ in range(3):
         graph.replay()
     start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]

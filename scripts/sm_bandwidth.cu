@@ -149,6 +149,23 @@ static double correlation(const std::vector<double>& a, const std::vector<double
   return va > 0 && vb > 0 ? cov / std::sqrt(va * vb) : 0.0;
 }
 
+// One launch between two events: its milliseconds in *ms; 1 on a CUDA error (printed).
+template <typename Launch>
+static int time_launch_ms(Launch launch, float* ms) {
+  cudaEvent_t begin, end;
+  CHECK(cudaEventCreate(&begin));
+  CHECK(cudaEventCreate(&end));
+  CHECK(cudaEventRecord(begin));
+  launch();
+  CHECK(cudaGetLastError());
+  CHECK(cudaEventRecord(end));
+  CHECK(cudaEventSynchronize(end));
+  CHECK(cudaEventElapsedTime(ms, begin, end));
+  CHECK(cudaEventDestroy(begin));
+  CHECK(cudaEventDestroy(end));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const uint64_t mib_per_sm = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 64;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
@@ -226,19 +243,13 @@ int main(int argc, char** argv) {
   for (int num_stages : {4, 2, 6}) {
     const int smem = num_stages * kStageBytes;
     for (int run = 0; run < repeats + 1; ++run) {  // run 0 warms up
-      cudaEvent_t begin, end;
-      CHECK(cudaEventCreate(&begin));
-      CHECK(cudaEventCreate(&end));
-      CHECK(cudaEventRecord(begin));
-      stream_share<<<sms, 160, smem>>>(data, bytes_per_cta, num_stages, kStageBytes, sm_of_cta,
-                                       ns_of_cta, sink);
-      CHECK(cudaGetLastError());
-      CHECK(cudaEventRecord(end));
-      CHECK(cudaEventSynchronize(end));
       float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, begin, end));
-      CHECK(cudaEventDestroy(begin));
-      CHECK(cudaEventDestroy(end));
+      if (time_launch_ms([&] {
+            stream_share<<<sms, 160, smem>>>(data, bytes_per_cta, num_stages, kStageBytes,
+                                             sm_of_cta, ns_of_cta, sink);
+          }, &ms) != 0) {
+        return 1;
+      }
       std::vector<uint32_t> sm(sms);
       std::vector<uint64_t> ns(sms);
       CHECK(cudaMemcpy(sm.data(), sm_of_cta, sms * sizeof(uint32_t), cudaMemcpyDeviceToHost));
@@ -294,19 +305,13 @@ int main(int argc, char** argv) {
   for (uint32_t row_bytes : {1024u, 256u, 128u}) {
     const uint64_t read_per_cta = bytes_per_cta / kRowStride * row_bytes;
     for (int run = 0; run < repeats + 1; ++run) {  // run 0 warms up
-      cudaEvent_t begin, end;
-      CHECK(cudaEventCreate(&begin));
-      CHECK(cudaEventCreate(&end));
-      CHECK(cudaEventRecord(begin));
-      stream_share<<<sms, 160, 4 * kStageBytes>>>(data, bytes_per_cta, 4, row_bytes, sm_of_cta,
-                                                  ns_of_cta, sink);
-      CHECK(cudaGetLastError());
-      CHECK(cudaEventRecord(end));
-      CHECK(cudaEventSynchronize(end));
       float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, begin, end));
-      CHECK(cudaEventDestroy(begin));
-      CHECK(cudaEventDestroy(end));
+      if (time_launch_ms([&] {
+            stream_share<<<sms, 160, 4 * kStageBytes>>>(data, bytes_per_cta, 4, row_bytes,
+                                                        sm_of_cta, ns_of_cta, sink);
+          }, &ms) != 0) {
+        return 1;
+      }
       if (run == 0) continue;
       std::printf("rows of %4u B every %u B, 4 stages, run %d: %.1f GB/s read over the call "
                   "(%.3f ms)\n", row_bytes, kRowStride, run,
