@@ -4,7 +4,11 @@ that drift of the machine over the run falls on both. Prints one table of the is
 the decode suite's weighted figure, one column per run, and keeps each run's log.
 
     PYTHONPATH=python python3 scripts/ab_decode.py --out DIR [--rounds 2] \\
-        main=build-main/libflashmsa.so new=build-gpu/libflashmsa.so
+        main=build-main/libflashmsa.so new=build-gpu/libflashmsa.so \\
+        knob=build-gpu/libflashmsa.so,FLASHMSA_TUNE_X=1
+
+A build may name environment settings after its library (`,NAME=VALUE` each), so that a
+launch override is compared as a build of its own.
 
 `--bench prefill` does the same with the quick prefill benchmark at S = 32768 (the three M3
 patterns' useful TFLOP/s and the production-weighted aggregate), for kernel changes that move
@@ -26,10 +30,12 @@ ISSUE_ROWS = ("b1_kv32768", "b16_kv32768", "b64_kv32768", "b128_kv32768", "b64_k
               "mtp8_b32_kv32768")
 
 
-def run_once(label, library, out_dir, index, timeout, bench):
-    """One quick benchmark with `library`: decode {row: (us, GB/s)} plus the suite and the copy,
-    or prefill {row: (ms, useful TFLOP/s)} plus the aggregate."""
+def run_once(label, build, out_dir, index, timeout, bench):
+    """One quick benchmark with `build` ("library[,NAME=VALUE...]"): decode {row: (us, GB/s)}
+    plus the suite and the copy, or prefill {row: (ms, useful TFLOP/s)} plus the aggregate."""
+    library, *settings = build.split(",")
     env = dict(os.environ, FLASHMSA_LIBRARY=library)
+    env.update(setting.split("=", 1) for setting in settings)
     log_path = os.path.join(out_dir, f"ab_{index}_{label}.log")
     command = [sys.executable, "-m", f"bench.{bench}", "--quick", "--out",
                os.path.join(out_dir, f"ab_{index}_{label}")]
@@ -56,7 +62,7 @@ def run_once(label, library, out_dir, index, timeout, bench):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("builds", nargs="+", help="LABEL=path/to/libflashmsa.so")
+    parser.add_argument("builds", nargs="+", help="LABEL=path/to/libflashmsa.so[,NAME=VALUE...]")
     parser.add_argument("--out", required=True)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=90, help="seconds per benchmark run")
