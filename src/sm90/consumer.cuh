@@ -190,8 +190,10 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
   // next block's Q K^T with this block's P V, as FlashAttention-3 does, measured slower here:
   // with two stages, holding V a step longer starves the producer; docs/performance.md.)
   const int num_stages = p.smem_layout.num_stages;
-  for (int u = plan.slice_begin; u < plan.slice_end; ++u) {
-    const auto [stage, phase] = ring_slot(u - plan.slice_begin, num_stages);
+  RingCursor ring;
+  for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
+    const int stage = ring.stage;
+    const uint32_t phase = ring.phase;
     const uint32_t* selected_by = smem.token_mask(u);
     bool needed = false;
 #pragma unroll

@@ -262,8 +262,10 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   for (int i = 0; i < 4 * kDimsPerWarp / 8; ++i) o[i] = 0.f;
 
   const int num_stages = p.smem_layout.num_stages;
-  for (int u = plan.slice_begin; u < plan.slice_end; ++u) {
-    const auto [stage, phase] = ring_slot(u - plan.slice_begin, num_stages);
+  RingCursor ring;
+  for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
+    const int stage = ring.stage;
+    const uint32_t phase = ring.phase;
     mbarrier_wait(&header.k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);

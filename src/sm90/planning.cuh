@@ -72,15 +72,20 @@ __device__ __forceinline__ TilePlan tile_plan(const SmemHeader& header, int32_t 
 
 // Step i of a CTA's slice uses stage i % num_stages of the K and V rings, in phase
 // (i / num_stages) & 1 of that stage's barriers (the producer waits for the opposite phase of
-// the empty barriers).
-struct RingSlot {
-  int stage;
-  uint32_t phase;
-};
+// the empty barriers). The loops step through the ring with this cursor instead of dividing by
+// the stage count, a runtime value: the division was 4.7% of MTP's warp samples
+// (docs/performance.md).
+struct RingCursor {
+  int stage = 0;
+  uint32_t phase = 0;
 
-__device__ __forceinline__ RingSlot ring_slot(int step, int num_stages) {
-  return RingSlot{step % num_stages, static_cast<uint32_t>((step / num_stages) & 1)};
-}
+  __device__ __forceinline__ void advance(int num_stages) {
+    if (++stage == num_stages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
 
 // Where one of the warpgroup's 64 rows comes from.
 struct RowSource {

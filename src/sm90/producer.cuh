@@ -107,8 +107,7 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
   const int num_stages = p.smem_layout.num_stages;
   SmemHeader& header = smem.header();
   // Step i of the slice loads union entry slice_begin + i into its ring slot (planning.cuh).
-  auto load = [&](bool value, int i, int32_t coord) {
-    const RingSlot slot = ring_slot(i, num_stages);
+  auto load = [&](bool value, const RingCursor& slot, int32_t coord) {
     const int stage = slot.stage;
     uint64_t* full = value ? &header.v_full[stage] : &header.k_full[stage];
     uint64_t* empty = value ? &header.v_empty[stage] : &header.k_empty[stage];
@@ -127,11 +126,13 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
     if (holds) mbarrier_arrive(&header.v_full[0]);
     first_step = holds ? 1 : 0;
   }
-  for (int i = first_step; i < steps; ++i) {
+  RingCursor ring;
+  if (first_step == 1) ring.advance(num_stages);
+  for (int i = first_step; i < steps; ++i, ring.advance(num_stages)) {
     const int32_t coord = smem.union_coords()[plan.slice_begin + i];  // flat: row; paged: page
-    load(false, i, coord);
+    load(false, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstKIssued);
-    load(true, i, coord);
+    load(true, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstIssued);
   }
 }
