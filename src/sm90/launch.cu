@@ -150,7 +150,8 @@ struct TileConfig {
 // FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFILL_STAGES
 // (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
 // cluster reductions pull instead of push), FLASHMSA_TUNE_CLUSTER (0: decode splits merge
-// through the workspace instead of their cluster). Unset, or not a number in
+// through the workspace instead of their cluster), FLASHMSA_TUNE_SORTED_WARP_PLAN (0: the
+// two-consumer kernel plans block-wide, warp_plan_kind). Unset, or not a number in
 // [minimum, maximum], leaves the heuristic's value.
 int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_t maximum) {
   const char* text = std::getenv(name);
@@ -310,10 +311,14 @@ TileConfig tile_config(const flashmsa_args& args) {
   return c;
 }
 
-// Decode launches with at most 128 candidates per tile plan in one warp (params.h).
-bool plans_in_one_warp(const flashmsa_args& args, const TileConfig& c) {
-  return c.num_consumer_warpgroups == 1 &&
-         c.tokens_per_tile * args.topk <= sm90::kWarpPlanMaxEntries;
+// Tiles of at most 128 candidates plan in one warp (params.h): decode launches in entry order,
+// the two-consumer kernel sorted. FLASHMSA_TUNE_SORTED_WARP_PLAN=0 (a measurement) gives the
+// two-consumer kernel the block-wide plan (planning.cuh) instead.
+int32_t warp_plan_kind(const flashmsa_args& args, const TileConfig& c) {
+  if (c.tokens_per_tile * args.topk > sm90::kWarpPlanMaxEntries) return sm90::kWarpPlanNone;
+  if (c.num_consumer_warpgroups == 1) return sm90::kWarpPlanEntryOrder;
+  return tuning_override("FLASHMSA_TUNE_SORTED_WARP_PLAN", 1, 0, 1) != 0 ? sm90::kWarpPlanSorted
+                                                                          : sm90::kWarpPlanNone;
 }
 
 // Shared memory: Q buffer(s), then the K and V rings with as many stages as fit, then the
@@ -335,7 +340,7 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
   const uint32_t candidates = tokens * static_cast<uint32_t>(args.topk);
   layout.mask_words = static_cast<int32_t>((tokens + 31) / 32);
   const uint32_t warp_scratch_bytes =
-      plans_in_one_warp(args, c) && !c.one_token_kernel ? kWarpScratchBytes : 0;
+      warp_plan_kind(args, c) != kWarpPlanNone && !c.one_token_kernel ? kWarpScratchBytes : 0;
   const uint32_t planning_bytes =
       align(candidates * 4, 16) * 2 + align(candidates * layout.mask_words * 4, 16) +
       align(tokens * 4, 16) * 2 + warp_scratch_bytes + align(sizeof(SmemHeader), 16);
@@ -440,7 +445,7 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.uniform_rows = args.total_q % args.batch_size == 0 && args.total_q <= INT32_MAX
                        ? static_cast<int32_t>(args.total_q / args.batch_size)
                        : 0;
-  p.warp_planning = plans_in_one_warp(args, tiles);
+  p.warp_planning = warp_plan_kind(args, tiles);
   p.speculate_first_block = tuning_override("FLASHMSA_TUNE_SPECULATE", 1, 0, 1);
   p.tiles_outer = tiles.tiles_outer;
   p.max_tiles = tiles.max_tiles;

@@ -10,6 +10,9 @@
 
 namespace flashmsa::sm90 {
 
+// PrefillParams::warp_planning.
+constexpr int32_t kWarpPlanNone = 0, kWarpPlanEntryOrder = 1, kWarpPlanSorted = 2;
+
 struct PrefillParams {
   // K and V as TMA tensors: flat (head_dim, total_k, Hkv), paged (head_dim, 128, Hkv,
   // num_pages). Boxes are 64 dims x 128 tokens: one 128-byte-swizzled panel of a block.
@@ -42,10 +45,11 @@ struct PrefillParams {
   // Rows per request when every request may have the same number (total_q = B x uniform_rows,
   // decode batches), else 0: warp planning guesses the tile's rows from it (warp_planning.cuh).
   int32_t uniform_rows;
-  // Decode launches whose tiles hold at most 128 candidates plan in one warp, in entry order
-  // (warp_planning.cuh); the others plan with every thread, sorted (planning.cuh), which keeps
-  // the concurrent prefill tiles of one head walking their blocks in the same order (entry
-  // order measured 5-10% slower on M3 prefill: docs/performance.md).
+  // Tiles of at most 128 candidates plan in one warp (warp_planning.cuh): decode launches (one
+  // consumer warpgroup) in entry order (kWarpPlanEntryOrder), the two-consumer kernel sorted
+  // (kWarpPlanSorted), which keeps the concurrent prefill tiles of one head walking their
+  // blocks in the same order (entry order measured 5-10% slower on M3 prefill:
+  // docs/performance.md). Larger tiles plan with every thread, sorted (planning.cuh); 0.
   int32_t warp_planning;
   // Whether warp planning loads its slice's probable first block before the plan is done
   // (warp_planning.cuh; 1 unless FLASHMSA_TUNE_SPECULATE=0 turns it off for a measurement).

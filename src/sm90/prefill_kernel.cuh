@@ -45,7 +45,9 @@ __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, co
   if (header.batch_index < 0) return tile_plan(header, 0, 0, 1);
   const bool is_consumer = threadIdx.x >= 128;
   if (warp_planning) {
-    if (threadIdx.x < 32) {
+    if (threadIdx.x < 32 && sorts_in_one_warp(params)) {
+      plan_tile_sorted_in_warp(params, smem, entries, guess, work.kv_head, page_row_length);
+    } else if (threadIdx.x < 32) {
       speculative = speculate_first_block(params, smem, entries, guess, work.kv_head, work.split,
                                           page_row_length);
       plan_tile_in_warp(params, smem, entries, guess, work.kv_head, page_row_length);

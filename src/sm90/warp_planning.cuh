@@ -32,6 +32,11 @@ __device__ __forceinline__ bool plans_in_one_warp(const PrefillParams& p) {
   return p.warp_planning != 0;
 }
 
+// Launch-uniform: whether that plan is sorted (the two-consumer kernel: plan_tile_sorted_in_warp).
+__device__ __forceinline__ bool sorts_in_one_warp(const PrefillParams& p) {
+  return p.warp_planning == kWarpPlanSorted;
+}
+
 // A tile's index entries as warp 0 holds them, round-major: lane l has entries l, 32 + l,
 // 64 + l and 96 + l of the tile's tokens x topk list (entry e: token e / topk, position
 // e % topk); -1 past the list. A one-token decode tile (topk <= 32) is then one register per
@@ -358,6 +363,110 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
     atomicOr(&smem.token_mask(u)[token[r] / 32], 1u << (token[r] % 32));
   }
   if (lane == 0) header.union_size = union_size;
+}
+
+// The two-consumer kernel's plan in one warp (prefill tiles and multi-token prediction, at most
+// 128 candidates): the union of plan_union (planning.cuh), ascending by block, built in warp 0's
+// registers. plan_union takes about 10 us for such a tile (docs/performance.md): block barriers
+// between seven steps, each fetched cold. Here the steps are:
+//   the rules of contract section 4 as in plan_tile_in_warp (key limits, first negatives,
+//   coordinates);
+//   one bitonic sort of (block << 32 | entry) keys, invalid entries last, so that duplicates
+//   become neighbours and the union comes out ascending, as concurrent tiles of one head want;
+//   compaction by a warp scan of the first occurrences, and each entry's token bit set in its
+//   block's mask.
+// Same union, same order and same masks as plan_union, so results are bitwise equal to it.
+__device__ inline void plan_tile_sorted_in_warp(const PrefillParams& p, const Smem& smem,
+                                                WarpEntries entries, const TileGuess& guess,
+                                                int kv_head, int page_row_length) {
+  SmemHeader& header = smem.header();
+  const int lane = threadIdx.x % 32;
+  const int topk = p.topk;
+  const int num_tokens = header.tile_num_tokens;
+  const int num_entries = num_tokens * topk;
+  if (!guess_holds(guess, header)) {
+    entries = load_warp_entries(p, header.tile_first_row, num_tokens, kv_head);
+    page_row_length = 0;  // the cached row is another request's
+  }
+  int32_t* first_negative = smem.token_first_negative();
+  int32_t* limits = smem.token_key_limit();
+  int32_t* coord_of_entry = smem.slot_of_entry();
+  const int mask_words = p.smem_layout.mask_words;
+#pragma unroll 1
+  for (int t = lane; t < p.tokens_per_tile; t += 32) {
+    first_negative[t] = topk;
+    limits[t] = static_cast<int32_t>(tile_token_key_limit(p, header, t));
+  }
+#pragma unroll 1
+  for (int i = lane; i < num_entries * mask_words; i += 32) smem.token_mask(0)[i] = 0;
+  __syncwarp();
+  FLASHMSA_MARK_BY(0, kMarkEntriesRead);
+  // Rule 1: the first negative entry ends a token's list.
+  int token[kEntryRounds];
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) {
+    const int e = 32 * r + lane;
+    token[r] = e / topk;
+    if (e < num_entries && entries.block[r] < 0) atomicMin(&first_negative[token[r]], e % topk);
+  }
+  __syncwarp();
+  FLASHMSA_MARK_BY(0, kMarkNegativesCut);
+  // Rule 2: an entry counts if its block selects keys and has a coordinate. Its sort key puts
+  // the block above the entry's index, so the sort also groups each block's entries.
+  int64_t key[kEntryRounds];
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) {
+    const int e = 32 * r + lane;
+    const int32_t block = entries.block[r];
+    key[r] = kInvalidCandidate;
+    if (e < num_entries && e % topk < first_negative[token[r]] &&
+        block_selects_keys(block, limits[token[r]], p.is_paged, p.max_pages)) {
+      const int64_t coord = block_coordinate(p, smem, header, block, page_row_length);
+      if (coord >= 0) {
+        coord_of_entry[e] = static_cast<int32_t>(coord);
+        key[r] = (static_cast<int64_t>(block) << 32) | e;
+      }
+    }
+  }
+  FLASHMSA_MARK_BY(0, kMarkCandidates);
+  warp_bitonic_sort(key, kWarpPlanMaxEntries);  // lane l now holds sorted keys 4l .. 4l + 3
+  __syncwarp();  // coord_of_entry is read across lanes below
+  FLASHMSA_MARK_BY(0, kMarkSorted);
+  // Compaction: a key opens a union slot if it is valid and its block differs from the key
+  // before it; its slot is the number of openings before it. Every valid key's token then sets
+  // its bit in the mask of its block's slot.
+  const int64_t before_first =
+      __shfl_up_sync(0xffffffffu, key[kEntryRounds - 1], 1);  // lane l - 1's last key
+  bool opens[kEntryRounds];
+  int opened = 0;
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) {
+    const int64_t previous = r > 0 ? key[r - 1] : (lane > 0 ? before_first : kInvalidCandidate);
+    opens[r] = key[r] != kInvalidCandidate &&
+               (previous == kInvalidCandidate || (key[r] >> 32) != (previous >> 32));
+    opened += opens[r];
+  }
+  int inclusive = opened;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += other;
+  }
+  int slot = inclusive - opened - 1;  // the slot of the block before this lane's first key
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) {
+    if (key[r] == kInvalidCandidate) continue;
+    slot += opens[r];
+    const int e = static_cast<int>(key[r] & 0xffffffff);
+    if (opens[r]) {
+      smem.union_blocks()[slot] = static_cast<int32_t>(key[r] >> 32);
+      smem.union_coords()[slot] = coord_of_entry[e];
+    }
+    const int t = e / topk;
+    atomicOr(&smem.token_mask(slot)[t / 32], 1u << (t % 32));
+  }
+  FLASHMSA_MARK_BY(0, kMarkCompacted);
+  if (lane == 31) header.union_size = inclusive;
 }
 
 }  // namespace flashmsa::sm90

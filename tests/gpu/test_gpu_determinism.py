@@ -8,7 +8,7 @@ import torch
 
 import flashmsa
 from gpu_harness import (DEVICE, DTYPES, assert_bitwise, capture_graph, check_gpu_result,
-                         dtype_id, make_case, replay, run_gpu)
+                         dtype_id, garbage_indices, make_case, replay, run_gpu)
 
 # (name, q lens, k lens, Hq, Hkv, topk, causal, pattern)
 CASES = [
@@ -60,3 +60,36 @@ def test_graph_replay_equals_eager(spec, scratch, dtype):
         plain = run_gpu(case)
         for what, got, want in zip(("out", "lse", "lse_t"), plain, eager):
             assert_bitwise(case.name, f"{what} without vs with workspace", got, want)
+
+
+# Two-consumer tiles of at most 128 candidates plan sorted in one warp (warp_planning.cuh's
+# plan_tile_sorted_in_warp); FLASHMSA_TUNE_SORTED_WARP_PLAN=0 gives them the block-wide plan
+# (planning.cuh). Both must build the same union in the same order with the same token masks,
+# so the results are bitwise equal. (name, q lens, k lens, Hq, Hkv, topk, q_offset, layout,
+# garbage indices): M3 prefill and multi-token prediction (8 tokens x topk 16 = 128
+# candidates), ragged, with short and non-multiple-of-128 key lengths; 32-token tiles of topk 4
+# (token bits up to 31); the contract's worst index values.
+SORTED_PLAN_CASES = [
+    ("m3_prefill_paged", [700], [3000], 64, 4, 16, None, "paged", False),
+    ("m3_mtp_ragged", [8, 8, 8, 8, 8], [5000, 77, 1000, 300, 4097], 64, 4, 16, None, "paged",
+     False),
+    ("m3_ragged_garbage", [150, 5, 97], [1800, 130, 1000], 64, 4, 16, None, "flat", True),
+    ("g4_topk4_offset", [90, 40], [2600, 900], 16, 4, 4, [2000, 100], "paged", False),
+]
+
+
+@pytest.mark.parametrize("spec", SORTED_PLAN_CASES, ids=lambda s: s[0])
+def test_sorted_warp_plan_equals_block_wide_plan(spec, monkeypatch):
+    label, lens_q, lens_k, hq, hkv, topk, q_offset, layout, garbage = spec
+    case = make_case(f"sorted-plan-{label}", lens_q, lens_k, hq, hkv, topk, True, seed=61,
+                     layout=layout, q_offset=q_offset)
+    if garbage:
+        q2k = garbage_indices(case.cpu["q2k_indices"], num_blocks_min=2,
+                              generator=torch.Generator().manual_seed(5))
+        case.with_gpu(q2k_indices=q2k.to(DEVICE))
+    sorted_in_warp = run_gpu(case)
+    check_gpu_result(case, sorted_in_warp)
+    monkeypatch.setenv("FLASHMSA_TUNE_SORTED_WARP_PLAN", "0")
+    block_wide = run_gpu(case)
+    for what, a, b in zip(("out", "lse", "lse_t"), sorted_in_warp, block_wide):
+        assert_bitwise(case.name, f"sorted warp plan's {what} vs the block-wide plan's", a, b)
