@@ -89,6 +89,7 @@ __device__ __forceinline__ bool combine_warpgroups(const Smem& smem, int warpgro
   constexpr int kValues = 64 + 6;
   static_assert(kValues * 128 * sizeof(float) <= 2 * kKvTileBytes, "exchange space: 2 stages");
   float* exchange = reinterpret_cast<float*>(smem.k(0)) + threadIdx.x % 128;
+  wait_for_speculative_load(smem);  // one the plan did not use may still be landing in stage 0
   named_barrier_sync(kBarrierBothConsumers, 256);  // both loops done with the stages
   if (warpgroup == 1) {
 #pragma unroll

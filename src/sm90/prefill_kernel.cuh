@@ -46,6 +46,8 @@ __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, co
   const bool is_consumer = threadIdx.x >= 128;
   if (warp_planning) {
     if (threadIdx.x < 32 && sorts_in_one_warp(params)) {
+      speculative = speculate_lowest_block(params, smem, entries, guess, work.kv_head,
+                                           page_row_length);
       plan_tile_sorted_in_warp(params, smem, entries, guess, work.kv_head, page_row_length);
     } else if (threadIdx.x < 32) {
       speculative = speculate_first_block(params, smem, entries, guess, work.kv_head, work.split,

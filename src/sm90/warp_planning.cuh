@@ -365,6 +365,39 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
   if (lane == 0) header.union_size = union_size;
 }
 
+// Warp 0, right after the request scan, for the sorted plan (plan_tile_sorted_in_warp): if the
+// guessed tile is the located one, every entry is a block and the launch has one split, the
+// union probably starts with the lowest entry. Lane 0 (the producer) issues that block's K and
+// V into stage 0, as speculate_first_block does for entry order; produce() checks the guess
+// against the plan, so a wrong one costs a wasted load, never a wrong result.
+__device__ inline SpeculativeLoad speculate_lowest_block(const PrefillParams& p, const Smem& smem,
+                                                         const WarpEntries& entries,
+                                                         const TileGuess& guess, int kv_head,
+                                                         int page_row_length) {
+  const SmemHeader& header = smem.header();
+  const int lane = threadIdx.x % 32;
+  const int num_entries = header.tile_num_tokens * p.topk;
+  bool usable = p.speculate_first_block && p.num_splits == 1 && guess_holds(guess, header);
+  int32_t lowest = INT32_MAX;
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) {
+    const bool exists = 32 * r + lane < num_entries;
+    usable &= __all_sync(0xffffffffu, !exists || entries.block[r] >= 0);
+    if (exists) lowest = min(lowest, entries.block[r]);
+  }
+  lowest = __reduce_min_sync(0xffffffffu, lowest);
+  const SpeculativeLoad none{-1, -1};
+  if (!usable || lane != 0) return none;
+  // Causal limits grow with the token, so the tile's last token sees every block any sees.
+  const int64_t limit = tile_token_key_limit(p, header, header.tile_num_tokens - 1);
+  if (!block_selects_keys(lowest, limit, p.is_paged, p.max_pages)) return none;
+  const int64_t coord = block_coordinate(p, smem, header, lowest, page_row_length);
+  if (coord < 0) return none;
+  const SpeculativeLoad load{lowest, static_cast<int32_t>(coord)};
+  issue_speculative_load(p, smem, load, kv_head);
+  return load;
+}
+
 // The two-consumer kernel's plan in one warp (prefill tiles and multi-token prediction, at most
 // 128 candidates): the union of plan_union (planning.cuh), ascending by block, built in warp 0's
 // registers. plan_union takes about 10 us for such a tile (docs/performance.md): block barriers

@@ -75,7 +75,20 @@ SORTED_PLAN_CASES = [
      False),
     ("m3_ragged_garbage", [150, 5, 97], [1800, 130, 1000], 64, 4, 16, None, "flat", True),
     ("g4_topk4_offset", [90, 40], [2600, 900], 16, 4, 4, [2000, 100], "paged", False),
+    ("m3_mtp_speculation_misses", [8, 8, 8], [3000, 1284, 640], 64, 4, 16, None, "paged",
+     False),
 ]
+
+
+def _speculation_misses(case):
+    """Request 1 (8 tokens at positions 1276-1283 of 1284 keys): token 0 picks only block 10,
+    which it cannot see (its keys end at 1277) though the tile's last token could; the others
+    pick only block 11, past every key. The lowest entry is then speculatively loaded
+    (speculate_lowest_block), and the union is empty: the guess must be discarded."""
+    q2k = case.cpu["q2k_indices"].clone()
+    q2k[:, 8, :] = 10
+    q2k[:, 9:16, :] = 11
+    case.with_gpu(q2k_indices=q2k.to(DEVICE))
 
 
 @pytest.mark.parametrize("spec", SORTED_PLAN_CASES, ids=lambda s: s[0])
@@ -87,9 +100,18 @@ def test_sorted_warp_plan_equals_block_wide_plan(spec, monkeypatch):
         q2k = garbage_indices(case.cpu["q2k_indices"], num_blocks_min=2,
                               generator=torch.Generator().manual_seed(5))
         case.with_gpu(q2k_indices=q2k.to(DEVICE))
+    if label.endswith("speculation_misses"):
+        _speculation_misses(case)
     sorted_in_warp = run_gpu(case)
     check_gpu_result(case, sorted_in_warp)
+    if label.endswith("speculation_misses"):
+        rows = slice(8, 16)
+        assert bool((sorted_in_warp[0][rows] == 0).all()), f"[{case.name}] empty rows not 0"
+        assert bool(torch.isneginf(sorted_in_warp[1][rows]).all()), f"[{case.name}] lse not -inf"
+    monkeypatch.setenv("FLASHMSA_TUNE_SPECULATE", "0")
+    unspeculated = run_gpu(case)
     monkeypatch.setenv("FLASHMSA_TUNE_SORTED_WARP_PLAN", "0")
     block_wide = run_gpu(case)
-    for what, a, b in zip(("out", "lse", "lse_t"), sorted_in_warp, block_wide):
-        assert_bitwise(case.name, f"sorted warp plan's {what} vs the block-wide plan's", a, b)
+    for what, a, b, c in zip(("out", "lse", "lse_t"), sorted_in_warp, unspeculated, block_wide):
+        assert_bitwise(case.name, f"sorted warp plan's {what} vs without speculation", a, b)
+        assert_bitwise(case.name, f"sorted warp plan's {what} vs the block-wide plan's", a, c)
