@@ -6,7 +6,8 @@
 //      ascending so that flat and paged calls visit keys in the same order (bitwise equality);
 //   4. for each union block, the bit mask of tile tokens that selected it.
 // Steps 2-4 run here on every thread (plan_union) when a tile has more than 128 candidates, and
-// in one warp's registers otherwise (warp_planning.cuh: decode).
+// in one warp's registers otherwise (warp_planning.cuh: decode in entry order, the two-consumer
+// kernel sorted, with the same union as plan_union).
 // Every id read from device memory goes through visibility.h's rules: nothing it says is
 // dereferenced before being checked, so garbage indices cannot read out of bounds.
 #pragma once

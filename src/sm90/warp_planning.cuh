@@ -1,9 +1,10 @@
-// Planning by one warp, for decode launches (the one-consumer kernel) whose tiles hold at most
-// 128 candidates (tokens x topk: decode and multi-token prediction). It builds what plan_union
-// (planning.cuh) builds: the tile's key limits, the union of its tokens' selected blocks and
-// each union block's token mask, but keeps the union in entry order (first occurrences,
-// token-major) rather than sorted: flat and paged calls still visit the same blocks in the same order (bitwise equal
-// results), and the first block of a CTA's slice is then known before planning ends. Warp 0
+// Planning by one warp, for tiles of at most 128 candidates (tokens x topk). It builds what
+// plan_union (planning.cuh) builds: the tile's key limits, the union of its tokens' selected
+// blocks and each union block's token mask. Decode launches (the one-consumer kernel:
+// plan_tile_in_warp) keep the union in entry order (first occurrences, token-major): flat and
+// paged calls still visit the same blocks in the same order (bitwise equal results), and the
+// first block of a CTA's slice is known before planning ends. The two-consumer kernel (prefill
+// tiles, multi-token prediction: plan_tile_sorted_in_warp) sorts it, as plan_union does. Warp 0
 // holds the entries in registers (WarpEntries); there is no block barrier between the steps,
 // and the consumers load Q meanwhile.
 //
