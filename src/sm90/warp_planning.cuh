@@ -251,6 +251,31 @@ __device__ inline void plan_one_token_in_warp(const PrefillParams& p, const Smem
   if (lane == 0) header.union_size = plan.size;
 }
 
+// The located tile's entries: the guessed ones when the guess held, else loaded now (and the
+// cached page-table row is then another request's).
+__device__ __forceinline__ void take_located_entries(const PrefillParams& p,
+                                                     const SmemHeader& header,
+                                                     const TileGuess& guess, int kv_head,
+                                                     WarpEntries& entries, int& page_row_length) {
+  if (!guess_holds(guess, header)) {
+    entries = load_warp_entries(p, header.tile_first_row, header.tile_num_tokens, kv_head);
+    page_row_length = 0;
+  }
+}
+
+// Before the rules: each tile token's key limit, and its first negative entry at topk (none
+// yet; rule 1 lowers it).
+__device__ __forceinline__ void start_token_rules(const PrefillParams& p, const Smem& smem) {
+  const SmemHeader& header = smem.header();
+  int32_t* first_negative = smem.token_first_negative();
+  int32_t* limits = smem.token_key_limit();
+#pragma unroll 1
+  for (int t = threadIdx.x % 32; t < p.tokens_per_tile; t += 32) {
+    first_negative[t] = p.topk;
+    limits[t] = static_cast<int32_t>(tile_token_key_limit(p, header, t));
+  }
+}
+
 // Warp 0 of a located tile (batch_index >= 0). `entries` are the guessed tile's; they are
 // reloaded when the guess did not hold. Writes the key limits, the union, its token masks and
 // the union size (header); the caller's block barrier publishes them.
@@ -262,21 +287,14 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
   const int topk = p.topk;
   const int num_tokens = header.tile_num_tokens;
   const int num_entries = num_tokens * topk;
-  if (!guess_holds(guess, header)) {
-    entries = load_warp_entries(p, header.tile_first_row, num_tokens, kv_head);
-    page_row_length = 0;  // the cached row is another request's
-  }
+  take_located_entries(p, header, guess, kv_head, entries, page_row_length);
   if (num_tokens == 1 && num_entries <= 32) {
     plan_one_token_in_warp(p, smem, entries.block[0], page_row_length);
     return;
   }
   int32_t* first_negative = smem.token_first_negative();
   int32_t* limits = smem.token_key_limit();
-#pragma unroll 1
-  for (int t = lane; t < p.tokens_per_tile; t += 32) {
-    first_negative[t] = topk;
-    limits[t] = static_cast<int32_t>(tile_token_key_limit(p, header, t));
-  }
+  start_token_rules(p, smem);
   __syncwarp();
   FLASHMSA_MARK_BY(0, kMarkEntriesRead);
   const int rounds = (num_entries + 31) / 32;  // warp-uniform
@@ -401,8 +419,10 @@ __device__ inline SpeculativeLoad speculate_lowest_block(const PrefillParams& p,
 
 // The two-consumer kernel's plan in one warp (prefill tiles and multi-token prediction, at most
 // 128 candidates): the union of plan_union (planning.cuh), ascending by block, built in warp 0's
-// registers. plan_union takes about 10 us for such a tile (docs/performance.md): block barriers
-// between seven steps, each fetched cold. Here the steps are:
+// registers. It ends no sooner than plan_union (about 10-12 us at MTP: each CTA runs either
+// once, cold, and code length sets the time), but the consumers load Q meanwhile and the
+// producer the tile's lowest block: prefill +1%, MTP +0.5% (docs/performance.md, eleventh
+// session). The steps:
 //   the rules of contract section 4 as in plan_tile_in_warp (key limits, first negatives,
 //   coordinates);
 //   one bitonic sort of (block << 32 | entry) keys, invalid entries last, so that duplicates
@@ -418,19 +438,12 @@ __device__ inline void plan_tile_sorted_in_warp(const PrefillParams& p, const Sm
   const int topk = p.topk;
   const int num_tokens = header.tile_num_tokens;
   const int num_entries = num_tokens * topk;
-  if (!guess_holds(guess, header)) {
-    entries = load_warp_entries(p, header.tile_first_row, num_tokens, kv_head);
-    page_row_length = 0;  // the cached row is another request's
-  }
+  take_located_entries(p, header, guess, kv_head, entries, page_row_length);
   int32_t* first_negative = smem.token_first_negative();
   int32_t* limits = smem.token_key_limit();
   int32_t* coord_of_entry = smem.slot_of_entry();
   const int mask_words = p.smem_layout.mask_words;
-#pragma unroll 1
-  for (int t = lane; t < p.tokens_per_tile; t += 32) {
-    first_negative[t] = topk;
-    limits[t] = static_cast<int32_t>(tile_token_key_limit(p, header, t));
-  }
+  start_token_rules(p, smem);
 #pragma unroll 1
   for (int i = lane; i < num_entries * mask_words; i += 32) smem.token_mask(0)[i] = 0;
   __syncwarp();
