@@ -14,8 +14,9 @@
 // dims of its 32 keys) ended with a merge of four 8 KiB partials through bank-conflicted
 // shared memory that took 1.6 us of batch 1's 8.0 (docs/performance.md).
 // The KV split's CTAs are then reduced through the cluster (cluster_reduce.cuh) or through
-// the workspace and the merge kernel (merge.cu), or the output is written directly. Decode moves K and V once through the SM: what limits it is the
-// latency of each block's chain, not tensor throughput.
+// the workspace and the merge kernel (merge.cu), or the output is written directly. Decode
+// moves K and V once through the SM: what limits it is the latency of each block's chain, not
+// tensor throughput.
 #pragma once
 
 #include <math.h>
@@ -112,8 +113,9 @@ __device__ __forceinline__ float4 row_values(const float4* slots, int h) {
 }
 
 // The block's row maxima over all four warps' keys, from each warp's over its own (quad-reduced
-// by scale_and_mask_row and max_over_row_quad): every warp reads the same four values in the same order, so the running
-// maxima, corrections and probabilities of the four warps share one scale.
+// by scale_and_mask_row and max_over_row_quad): every warp reads the same four values in the
+// same order, so the running maxima, corrections and probabilities of the four warps share one
+// scale.
 __device__ __forceinline__ void share_block_max(OneTokenExchange& exchange, float (&block_max)[2]) {
   post_row_values(exchange.block_max, block_max);
   named_barrier_sync(kConsumerBarrier, 128);

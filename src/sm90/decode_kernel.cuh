@@ -42,12 +42,11 @@ constexpr uint32_t kPageRowBarrier = 3;    // named barrier: the guessed page-ta
 // The guessed request's page-table row, which warps 1-4 load at entry while warp 0 loads the
 // index entries, so that the plan's second round of loads reads shared memory instead of
 // global memory when the guess holds (a dependent global round trip, about 0.4 us of every
-// CTA's start). Eight pages per consumer thread: 1024 pages, a 131072-key request; blocks
-// past that are looked up in global memory as before. It lives in the second Q panel's rows
-// 16..63, which a one-token tile never loads (decode_consumer.cuh's exchange uses the first
-// panel's).
-constexpr int kPageRowLoadsPerConsumer = 8;
-constexpr int kCachedPageRow = 128 * kPageRowLoadsPerConsumer;
+// CTA's start). Eight pages per consumer thread (load_page_row, shared with prefill_kernel's
+// warp planning): 1024 pages, a 131072-key request; blocks past that are looked up in global
+// memory as before. It lives in the second Q panel's rows 16..63, which a one-token tile never
+// loads (decode_consumer.cuh's exchange uses the first panel's).
+constexpr int kCachedPageRow = 128 * kPageRowLoadsPerThread;
 static_assert(kDecodeRows * 128 + kCachedPageRow * sizeof(int32_t) <= kQPanelBytes,
               "the cached page row must fit beside the token's Q rows");
 
@@ -133,10 +132,7 @@ __device__ inline int plan_decode_token(const PrefillParams& p, const Smem& smem
   const int union_size =
       plan_one_token_union(p, smem, entry, limit, [&](int32_t block) -> int64_t {
         if (!p.is_paged) return request.first_key_row + static_cast<int64_t>(block) * kBlockSize;
-        if (block < cached_pages) {
-          const int64_t page = cached_page_row(smem)[block];
-          return page >= 0 && page < p.num_pages ? page : -1;  // as page_of_block
-        }
+        if (block < cached_pages) return cached_page(cached_page_row(smem), block, p.num_pages);
         return page_of_block(p.page_table, p.page_table_stride_batch, p.page_table_stride_page,
                              request.batch_index, block, p.num_pages);
       }).size;
@@ -220,21 +216,11 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
   // The guessed request's page row: its loads go out with the query rows' and land in the
   // second Q panel's idle rows once those are stored.
   const int page_row_length = cached_page_row_length(params, token);
-  int32_t pages[kPageRowLoadsPerConsumer];
-#pragma unroll
-  for (int k = 0; k < kPageRowLoadsPerConsumer; ++k) {
-    const int i = (threadIdx.x - 32) + 128 * k;
-    pages[k] = i < page_row_length
-                   ? params.page_table[token * params.page_table_stride_batch +
-                                       i * params.page_table_stride_page]
-                   : -1;
-  }
+  const PageRowLoads pages =
+      load_page_row<kDecodeThreads - 32>(params, token, page_row_length);
   load_decode_queries<Element>(params, smem, token, work.kv_head);
-#pragma unroll
-  for (int k = 0; k < kPageRowLoadsPerConsumer; ++k) {
-    const int i = (threadIdx.x - 32) + 128 * k;
-    if (i < page_row_length) cached_page_row(smem)[i] = pages[k];
-  }
+  store_page_row<kDecodeThreads - 32>([&] { return cached_page_row(smem); }, pages,
+                                      page_row_length);
   named_barrier_arrive(kPageRowBarrier, kDecodeThreads);
   named_barrier_sync(kPlanReadyBarrier, kDecodeThreads);
   allow_next_grid_launch();

@@ -32,13 +32,15 @@ __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, co
   PageRowLoads page_row;
   if (warp_planning) {
     if (threadIdx.x >= 32) {
-      page_row = load_page_row(params, guess, page_row_length);
+      page_row = load_page_row(params, guess.batch_index, page_row_length);
     } else if (guess.batch_index >= 0) {
       entries = load_warp_entries(params, guess.first_row, guess.num_tokens, work.kv_head);
     }
   }
   locate_tile(params, smem, work.tile);
-  if (warp_planning && threadIdx.x >= 32) store_page_row(smem, page_row, page_row_length);
+  if (warp_planning && threadIdx.x >= 32) {
+    store_page_row([&] { return smem.page_row(); }, page_row, page_row_length);
+  }
   __syncthreads();
   FLASHMSA_MARK(kMarkLocated);
   const SmemHeader& header = smem.header();

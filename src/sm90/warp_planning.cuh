@@ -112,10 +112,19 @@ __device__ __forceinline__ int cached_page_row_length(const PrefillParams& p,
   return static_cast<int>(min(p.max_pages, capacity));
 }
 
-__device__ __forceinline__ PageRowLoads load_page_row(const PrefillParams& p,
-                                                      const TileGuess& guess, int length) {
-  const int helper = threadIdx.x - 32, helpers = blockDim.x - 32;
-  const int32_t* row = p.page_table + guess.batch_index * p.page_table_stride_batch;
+// The threads past warp 0 (helper h = threadIdx.x - 32 of kHelpers, or of blockDim.x - 32 when
+// kHelpers is 0) load entries h, h + helpers, ... of request batch_index's page-table row, up to
+// `length`; store_page_row stores them.
+template <int kHelpers = 0>
+__device__ __forceinline__ int page_row_helpers() {
+  return kHelpers > 0 ? kHelpers : static_cast<int>(blockDim.x) - 32;
+}
+
+template <int kHelpers = 0>
+__device__ __forceinline__ PageRowLoads load_page_row(const PrefillParams& p, int64_t batch_index,
+                                                      int length) {
+  const int helper = threadIdx.x - 32, helpers = page_row_helpers<kHelpers>();
+  const int32_t* row = p.page_table + batch_index * p.page_table_stride_batch;
   PageRowLoads loads;
 #pragma unroll
   for (int k = 0; k < kPageRowLoadsPerThread; ++k) {
@@ -125,14 +134,25 @@ __device__ __forceinline__ PageRowLoads load_page_row(const PrefillParams& p,
   return loads;
 }
 
-__device__ __forceinline__ void store_page_row(const Smem& smem, const PageRowLoads& loads,
+// row_of(): where the row goes in shared memory, formed at each store as the two kernels'
+// own copies of this loop formed it (their SASS is unchanged by the sharing).
+template <int kHelpers = 0, typename RowOf>
+__device__ __forceinline__ void store_page_row(RowOf row_of, const PageRowLoads& loads,
                                                int length) {
-  const int helper = threadIdx.x - 32, helpers = blockDim.x - 32;
+  const int helper = threadIdx.x - 32, helpers = page_row_helpers<kHelpers>();
 #pragma unroll
   for (int k = 0; k < kPageRowLoadsPerThread; ++k) {
     const int i = helper + k * helpers;
-    if (i < length) smem.page_row()[i] = loads.page[k];
+    if (i < length) row_of()[i] = loads.page[k];
   }
+}
+
+// Entry `block` of a page-table row cached in shared memory, checked as page_of_block checks
+// the table's (-1: not a page).
+__device__ __forceinline__ int64_t cached_page(const int32_t* row, int32_t block,
+                                               int64_t num_pages) {
+  const int64_t page = row[block];
+  return page >= 0 && page < num_pages ? page : -1;
 }
 
 // The TMA coordinate of a block that passed block_selects_keys for the located tile's request:
@@ -141,10 +161,7 @@ __device__ __forceinline__ int64_t block_coordinate(const PrefillParams& p, cons
                                                     const SmemHeader& header, int32_t block,
                                                     int page_row_length) {
   if (!p.is_paged) return header.request_first_key_row + static_cast<int64_t>(block) * kBlockSize;
-  if (block < page_row_length) {
-    const int64_t page = smem.page_row()[block];
-    return page >= 0 && page < p.num_pages ? page : -1;
-  }
+  if (block < page_row_length) return cached_page(smem.page_row(), block, p.num_pages);
   return page_of_block(p.page_table, p.page_table_stride_batch, p.page_table_stride_page,
                        header.batch_index, block, p.num_pages);
 }
