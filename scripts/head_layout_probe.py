@@ -7,7 +7,7 @@ kernel path is the same (one split, 256 CTAs, group of 16 query heads); only the
     FLASHMSA_LIBRARY=build-gpu/libflashmsa.so PYTHONPATH=python python3 scripts/head_layout_probe.py
 
 --freshness instead times batch 64 fresh, warm, after idle and rotating selections, from caches
-of three sizes (see freshness()).
+of three sizes (see freshness()); --cause separates what a fresh input set changes (cause()).
 """
 import os
 import sys
@@ -63,5 +63,139 @@ def freshness():
             torch.cuda.empty_cache()
 
 
+def copy_graph_seconds(source, destination, reps=20):
+    """Median seconds of one device-to-device copy of `source` into `destination` (graph
+    replays), the plain-stream counterpart of time_graph."""
+    destination.copy_(source)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        destination.copy_(source)
+    graph.replay()
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        start[i].record()
+        graph.replay()
+        end[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(start, end))
+    return times[len(times) // 2] * 1e-3
+
+
+def cause():
+    """--cause: batch 64, KV 32768 (a 4 GiB cache), what makes a fresh input set slow. After
+    the first (fresh) and second (warm) timing of one set, each step changes one thing and times
+    twice (first, second):
+      rewritten  new random K/V written in place: same addresses, new data;
+      moved      the same data copied to new allocations: new addresses, data just written;
+      repaged    the same cache, the requests' page-table rows permuted: new blocks per unit;
+      idle       after 3 s of idle GPU;
+    and a plain 2 GiB copy out of a freshly written buffer, first and second timing (if that is
+    slow first too, it is the memory, not the kernel). Slow `rewritten` means freshly written
+    data; slow `moved` with fast `rewritten` means new addresses (translation)."""
+    print(torch.cuda.get_device_name(), flush=True)
+
+    def report(label, args):
+        first, second = time_graph(args), time_graph(args)
+        print(f"{label:10s} first {first * 1e6:7.1f} us  second {second * 1e6:7.1f} us  "
+              f"({kv_bytes(args) / first / 1e12:5.3f} / {kv_bytes(args) / second / 1e12:5.3f} "
+              f"TB/s)", flush=True)
+
+    for seed in (30, 31):
+        print(f"seed {seed}", flush=True)
+        args = make_case(64, 64, 4, 16, [1] * 64, [32768] * 64, True, pattern="random",
+                         paged=True, seed=seed)
+        report("fresh", args)
+        generator = torch.Generator(device="cuda").manual_seed(seed + 1000)
+        for name in ("k", "v"):
+            args[name].copy_(torch.randn(args[name].shape, generator=generator, device="cuda"))
+        torch.cuda.synchronize()
+        report("rewritten", args)
+        moved = dict(args, k=args["k"].clone(), v=args["v"].clone())
+        torch.cuda.synchronize()
+        report("moved", moved)
+        del moved
+        permutation = torch.randperm(64, generator=generator, device="cuda")
+        report("repaged", dict(args, page_table=args["page_table"][permutation].contiguous()))
+        time.sleep(3.0)
+        report("idle", args)
+        del args
+        torch.cuda.empty_cache()
+        source = torch.randn(1 << 30, generator=generator, device="cuda", dtype=torch.float32)
+        source = source.to(torch.bfloat16)
+        destination = torch.empty_like(source)
+        torch.cuda.synchronize()
+        first, second = copy_graph_seconds(source, destination), copy_graph_seconds(source,
+                                                                                    destination)
+        print(f"copy 2 GiB first {first * 1e6:7.1f} us ({2 * source.numel() * 2 / first / 1e12:5.3f}"
+              f" TB/s) second {second * 1e6:7.1f} us "
+              f"({2 * source.numel() * 2 / second / 1e12:5.3f} TB/s)", flush=True)
+        del source, destination
+        torch.cuda.empty_cache()
+
+
+def after_free():
+    """--after-free: is the slow first timing of a fresh input set the driver's work on memory
+    freed or allocated just before (cause() found it is neither the data nor the addresses)?
+    One batch-64 case, timed first and second after each step:
+      fresh      just built;
+      slept      after 2 s idle;
+      allocated  after a new, untouched 24 GiB allocation (cudaMalloc);
+      filled     after writing it;
+      freed      after freeing it to the driver (empty_cache: cudaFree);
+      settled    after 2 s more;
+      fresh+2s   a second case built, then 2 s idle before its first timing;
+    and a 2 GiB copy timed right after freeing 24 GiB, then after 2 s."""
+    print(torch.cuda.get_device_name(), flush=True)
+
+    def report(label, args):
+        first, second = time_graph(args), time_graph(args)
+        print(f"{label:10s} first {first * 1e6:7.1f} us  second {second * 1e6:7.1f} us", flush=True)
+
+    def free_big():
+        big = torch.empty(24 << 30, dtype=torch.uint8, device="cuda")
+        big.fill_(1)
+        del big
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+    args = make_case(64, 64, 4, 16, [1] * 64, [32768] * 64, True, pattern="random", paged=True,
+                     seed=40)
+    report("fresh", args)
+    time.sleep(2.0)
+    report("slept", args)
+    big = torch.empty(24 << 30, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    report("allocated", args)
+    big.fill_(1)
+    torch.cuda.synchronize()
+    report("filled", args)
+    del big
+    torch.cuda.empty_cache()
+    report("freed", args)
+    time.sleep(2.0)
+    report("settled", args)
+    del args
+    args = make_case(64, 64, 4, 16, [1] * 64, [32768] * 64, True, pattern="random", paged=True,
+                     seed=41)
+    torch.cuda.synchronize()
+    time.sleep(2.0)
+    report("fresh+2s", args)
+    del args
+    source = torch.randn(1 << 30, device="cuda").to(torch.bfloat16)
+    destination = torch.empty_like(source)
+    free_big()
+    gigabytes = 2 * source.numel() * 2 / 1e9
+    first = copy_graph_seconds(source, destination)
+    second = copy_graph_seconds(source, destination)
+    time.sleep(2.0)
+    settled = copy_graph_seconds(source, destination)
+    print(f"copy 2 GiB after freeing 24 GiB: {gigabytes / first / 1e3:5.3f} then "
+          f"{gigabytes / second / 1e3:5.3f} TB/s; after 2 s {gigabytes / settled / 1e3:5.3f} TB/s",
+          flush=True)
+
+
 if __name__ == "__main__":
-    freshness() if sys.argv[1:] == ["--freshness"] else main()
+    modes = {"--freshness": freshness, "--cause": cause, "--after-free": after_free}
+    modes.get(sys.argv[1] if len(sys.argv) > 1 else "", main)()

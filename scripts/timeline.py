@@ -18,6 +18,11 @@ import subprocess
 import sys
 
 CASES = ((1, 1), (16, 1), (64, 1), (128, 1), (32, 8))  # (batch, query tokens per request), KV 32768, M3 heads
+# TIMELINE_CASES="1x1,16x1" runs only those (batch x tokens), e.g. under a launch override that
+# would make the other cases' output huge.
+if os.environ.get("TIMELINE_CASES"):
+    CASES = tuple(tuple(int(n) for n in case.split("x"))
+                  for case in os.environ["TIMELINE_CASES"].split(","))
 CALLS = 4
 
 
