@@ -293,6 +293,53 @@ __device__ __forceinline__ void start_token_rules(const PrefillParams& p, const 
   }
 }
 
+// Rules 1 and 2 of contract section 4 on the entries warp 0 holds, rounds [0, rounds) (key
+// limits and first negatives set up by start_token_rules): token[r] is the token of entry
+// 32 r + lane, coord[r] its block's TMA coordinate, or -1 when the entry does not count (past
+// the list or its token's first negative, selecting no key, or its page is not a page). Every
+// loop over the rounds stops at the tile's last one: the code of the rounds a one-token tile
+// does not have is then never fetched, which matters because each CTA runs planning once, with
+// cold instruction caches, while the memory system is busy with the other CTAs' loads
+// (docs/performance.md).
+__device__ __forceinline__ void apply_entry_rules(const PrefillParams& p, const Smem& smem,
+                                                  const WarpEntries& entries, int rounds,
+                                                  int page_row_length,
+                                                  int (&token)[kEntryRounds],
+                                                  int32_t (&coord)[kEntryRounds]) {
+  const SmemHeader& header = smem.header();
+  const int lane = threadIdx.x % 32;
+  const int topk = p.topk;
+  const int num_entries = header.tile_num_tokens * topk;
+  int32_t* first_negative = smem.token_first_negative();
+  const int32_t* limits = smem.token_key_limit();
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) {
+    token[r] = 0;
+    coord[r] = -1;
+  }
+  // Rule 1: the first negative entry ends a token's list.
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) {
+    if (r >= rounds) break;
+    const int e = 32 * r + lane;
+    token[r] = e / topk;
+    if (e < num_entries && entries.block[r] < 0) atomicMin(&first_negative[token[r]], e % topk);
+  }
+  __syncwarp();
+  FLASHMSA_MARK_BY(0, kMarkNegativesCut);
+  // Rule 2: an entry before it counts if its block selects keys and has a coordinate.
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) {
+    if (r >= rounds) break;
+    const int e = 32 * r + lane;
+    const int32_t block = entries.block[r];
+    if (e < num_entries && e % topk < first_negative[token[r]] &&
+        block_selects_keys(block, limits[token[r]], p.is_paged, p.max_pages)) {
+      coord[r] = static_cast<int32_t>(block_coordinate(p, smem, header, block, page_row_length));
+    }
+  }
+}
+
 // Warp 0 of a located tile (batch_index >= 0). `entries` are the guessed tile's; they are
 // reloaded when the guess did not hold. Writes the key limits, the union, its token masks and
 // the union size (header); the caller's block barrier publishes them.
@@ -309,38 +356,17 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
     plan_one_token_in_warp(p, smem, entries.block[0], page_row_length);
     return;
   }
-  int32_t* first_negative = smem.token_first_negative();
-  int32_t* limits = smem.token_key_limit();
   start_token_rules(p, smem);
   __syncwarp();
   FLASHMSA_MARK_BY(0, kMarkEntriesRead);
   const int rounds = (num_entries + 31) / 32;  // warp-uniform
   const uint32_t lanes_below = (1u << lane) - 1;
-  // Rule 1: the first negative entry ends a token's list. Every loop over the rounds stops at
-  // the tile's last one: the code of the rounds a one-token tile does not have is then never
-  // fetched, which matters because each CTA runs planning once, with cold instruction caches,
-  // while the memory system is busy with the other CTAs' loads (docs/performance.md).
-  int token[kEntryRounds] = {};
+  int token[kEntryRounds];
+  int32_t coord[kEntryRounds];
+  apply_entry_rules(p, smem, entries, rounds, page_row_length, token, coord);
 #pragma unroll
   for (int r = 0; r < kEntryRounds; ++r) {
     if (r >= rounds) break;
-    const int e = 32 * r + lane;
-    token[r] = e / topk;
-    if (e < num_entries && entries.block[r] < 0) atomicMin(&first_negative[token[r]], e % topk);
-  }
-  __syncwarp();
-  FLASHMSA_MARK_BY(0, kMarkNegativesCut);
-  // Rule 2: entries that select no key, or whose page is not a page, become -1.
-  int32_t coord[kEntryRounds] = {-1, -1, -1, -1};
-#pragma unroll
-  for (int r = 0; r < kEntryRounds; ++r) {
-    if (r >= rounds) break;
-    const int e = 32 * r + lane;
-    const int32_t block = entries.block[r];
-    if (e < num_entries && e % topk < first_negative[token[r]] &&
-        block_selects_keys(block, limits[token[r]], p.is_paged, p.max_pages)) {
-      coord[r] = static_cast<int32_t>(block_coordinate(p, smem, header, block, page_row_length));
-    }
     if (coord[r] < 0) entries.block[r] = -1;
   }
   FLASHMSA_MARK_BY(0, kMarkCandidates);
@@ -456,8 +482,6 @@ __device__ inline void plan_tile_sorted_in_warp(const PrefillParams& p, const Sm
   const int num_tokens = header.tile_num_tokens;
   const int num_entries = num_tokens * topk;
   take_located_entries(p, header, guess, kv_head, entries, page_row_length);
-  int32_t* first_negative = smem.token_first_negative();
-  int32_t* limits = smem.token_key_limit();
   int32_t* coord_of_entry = smem.slot_of_entry();
   const int mask_words = p.smem_layout.mask_words;
   start_token_rules(p, smem);
@@ -465,31 +489,19 @@ __device__ inline void plan_tile_sorted_in_warp(const PrefillParams& p, const Sm
   for (int i = lane; i < num_entries * mask_words; i += 32) smem.token_mask(0)[i] = 0;
   __syncwarp();
   FLASHMSA_MARK_BY(0, kMarkEntriesRead);
-  // Rule 1: the first negative entry ends a token's list.
   int token[kEntryRounds];
-#pragma unroll
-  for (int r = 0; r < kEntryRounds; ++r) {
-    const int e = 32 * r + lane;
-    token[r] = e / topk;
-    if (e < num_entries && entries.block[r] < 0) atomicMin(&first_negative[token[r]], e % topk);
-  }
-  __syncwarp();
-  FLASHMSA_MARK_BY(0, kMarkNegativesCut);
-  // Rule 2: an entry counts if its block selects keys and has a coordinate. Its sort key puts
-  // the block above the entry's index, so the sort also groups each block's entries.
+  int32_t coord[kEntryRounds];
+  apply_entry_rules(p, smem, entries, kEntryRounds, page_row_length, token, coord);
+  // An entry that counts gets a sort key with its block above its index, so the sort also
+  // groups each block's entries.
   int64_t key[kEntryRounds];
 #pragma unroll
   for (int r = 0; r < kEntryRounds; ++r) {
     const int e = 32 * r + lane;
-    const int32_t block = entries.block[r];
     key[r] = kInvalidCandidate;
-    if (e < num_entries && e % topk < first_negative[token[r]] &&
-        block_selects_keys(block, limits[token[r]], p.is_paged, p.max_pages)) {
-      const int64_t coord = block_coordinate(p, smem, header, block, page_row_length);
-      if (coord >= 0) {
-        coord_of_entry[e] = static_cast<int32_t>(coord);
-        key[r] = (static_cast<int64_t>(block) << 32) | e;
-      }
+    if (coord[r] >= 0) {
+      coord_of_entry[e] = coord[r];
+      key[r] = (static_cast<int64_t>(entries.block[r]) << 32) | e;
     }
   }
   FLASHMSA_MARK_BY(0, kMarkCandidates);
