@@ -25,6 +25,7 @@
 #include "sm90/planning.cuh"
 #include "sm90/producer.cuh"
 #include "sm90/ptx.cuh"
+#include "sm90/softmax.cuh"
 #include "sm90/split_combine.cuh"
 #include "sm90/timeline.cuh"
 
@@ -66,82 +67,107 @@ __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumula
   }
 }
 
-// Splits whose partials a lane reads at once (its registers: four per split).
-constexpr int kPullBatch = 8;
+// 2^x, log2(x) and 1/x in one MUFU instruction each, flushing subnormals: a split's weight
+// against the largest (1) below 2^-126 is 0 either way, and the sum of the weights lies in
+// [1, 16], where the approximations are within two ulps. expf, logf and the IEEE division add
+// range checks, rescales and a slow-path call to the combine's cold code.
+__device__ __forceinline__ float log2_flush(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float reciprocal_flush(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
-// One warp: row `row` of the tile's partial combined over the splits and written out. Every lane
-// reads all splits' LSEs (lse_of(s), lse_t_of(s): one address across the warp, a broadcast) and
-// computes the row's LSE and the splits' weights itself, then combines columns 4 * lane .. + 3
-// (value_of(s): a float4). The first kPullBatch splits' values go out with the LSEs, later ones
-// a batch at a time, and no load waits for another: one shared-memory latency per batch, where
-// a warp-wide log-sum-exp (ten dependent shuffles) and a shuffle per weight made a chain of
-// about 1 us per row (batch 16 combines two rows per warp, docs/performance.md).
-template <typename Element, bool kTemperatureLse, typename LseOf, typename LseTOf,
+// One warp: row `row` of the tile's partial combined over the splits and written out, for at
+// most kSlots splits. Every lane reads all splits' LSEs (lse_of(s), lse_t_of(s): one address
+// across the warp, a broadcast) and computes the row's LSE and the splits' weights itself, then
+// combines columns 4 * lane .. + 3 (value_of(s): a float4). The code is straight-line: slots
+// past `splits` are not read (predicated loads) and count as LSE -inf and value 0, so that
+// their weight is exactly 0 and their terms add exactly nothing. It runs once per CTA, cold, at
+// the end of every split decode call (batch 1: joined to LSEs combined took 0.8 us with one
+// branch per split and the range checks of expf / logf / IEEE division, docs/performance.md).
+template <int kSlots, typename Element, bool kTemperatureLse, typename LseOf, typename LseTOf,
           typename ValueOf>
-__device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, int splits,
-                                                        int64_t token, int64_t head,
-                                                        LseOf lse_of, LseTOf lse_t_of,
-                                                        ValueOf value_of) {
+__device__ __forceinline__ void combine_row_in_slots(const PrefillParams& p, int splits,
+                                                     int64_t token, int64_t head, LseOf lse_of,
+                                                     LseTOf lse_t_of, ValueOf value_of) {
   const int lane = threadIdx.x % 32;
-  // lse_part[s]: split s's LSE, then its exp(lse_s - maximum).
-  float lse_part[kMaxClusterSplits], lse_t_part[kMaxClusterSplits];
-  float4 value[kPullBatch];
+  // lse_part[s]: split s's LSE, then its weight before normalisation, exp(lse_s - maximum).
+  float lse_part[kSlots], lse_t_part[kSlots];
+  float4 value[kSlots];
 #pragma unroll
-  for (int s = 0; s < kMaxClusterSplits; ++s) {
-    if (s >= splits) break;
-    lse_part[s] = lse_of(s);
-    if (kTemperatureLse) lse_t_part[s] = lse_t_of(s);
-    if (s < kPullBatch) value[s] = value_of(s);
+  for (int s = 0; s < kSlots; ++s) {
+    const bool used = s < splits;
+    lse_part[s] = used ? lse_of(s) : -INFINITY;
+    if (kTemperatureLse) lse_t_part[s] = used ? lse_t_of(s) : -INFINITY;
+    value[s] = used ? value_of(s) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   float maximum = -INFINITY, maximum_t = -INFINITY;
 #pragma unroll
-  for (int s = 0; s < kMaxClusterSplits; ++s) {
-    if (s >= splits) break;
+  for (int s = 0; s < kSlots; ++s) {
     maximum = fmaxf(maximum, lse_part[s]);
     if (kTemperatureLse) maximum_t = fmaxf(maximum_t, lse_t_part[s]);
   }
-  // Split s weighs exp(lse_s - lse) = exp(lse_s - maximum) / sum_exp: one exponential per
-  // split, reused for its weight.
+  // No split read a key: every weight is exp2(-inf) = 0 and the row is 0 with LSE -inf.
+  const float base = maximum == -INFINITY ? 0.f : maximum;
+  const float base_t = maximum_t == -INFINITY ? 0.f : maximum_t;
   float sum_exp = 0.f, sum_exp_t = 0.f;
 #pragma unroll
-  for (int s = 0; s < kMaxClusterSplits; ++s) {
-    if (s >= splits) break;
-    lse_part[s] = maximum == -INFINITY ? 0.f : __expf(lse_part[s] - maximum);
+  for (int s = 0; s < kSlots; ++s) {
+    lse_part[s] = exp2_flush((lse_part[s] - base) * kLog2e);
     sum_exp += lse_part[s];
-    if (kTemperatureLse && maximum_t != -INFINITY) sum_exp_t += __expf(lse_t_part[s] - maximum_t);
+    if (kTemperatureLse) sum_exp_t += exp2_flush((lse_t_part[s] - base_t) * kLog2e);
   }
-  const float lse = maximum == -INFINITY ? -INFINITY : maximum + __logf(sum_exp);
+  const bool empty = maximum == -INFINITY;
+  const float lse = empty ? -INFINITY : fmaf(log2_flush(sum_exp), kLn2, maximum);
   FLASHMSA_MARK(kMarkLseCombined);
+  const float inverse_sum = empty ? 0.f : reciprocal_flush(sum_exp);
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (lse != -INFINITY) {
-    const float inverse_sum = 1.f / sum_exp;
 #pragma unroll
-    for (int first = 0; first < kMaxClusterSplits; first += kPullBatch) {
-      if (first >= splits) break;
-      if (first > 0) {  // the first batch went out with the LSEs
-#pragma unroll
-        for (int s = 0; s < kPullBatch; ++s) {
-          if (first + s < splits) value[s] = value_of(first + s);
-        }
-      }
-#pragma unroll
-      for (int s = 0; s < kPullBatch; ++s) {
-        if (first + s >= splits) continue;
-        const float w = lse_part[first + s] * inverse_sum;
-        sum.x += w * value[s].x;
-        sum.y += w * value[s].y;
-        sum.z += w * value[s].z;
-        sum.w += w * value[s].w;
-      }
-    }
+  for (int s = 0; s < kSlots; ++s) {
+    const float w = lse_part[s] * inverse_sum;
+    sum.x = fmaf(w, value[s].x, sum.x);
+    sum.y = fmaf(w, value[s].y, sum.y);
+    sum.z = fmaf(w, value[s].z, sum.z);
+    sum.w = fmaf(w, value[s].w, sum.w);
   }
   store4(static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) + 4 * lane, sum);
   if (lane == 0) {
     if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = lse;
     if (kTemperatureLse) {
       p.output.lse_t[p.output.lse_t_offset(token, head)] =
-          maximum_t == -INFINITY ? -INFINITY : maximum_t + __logf(sum_exp_t);
+          maximum_t == -INFINITY ? -INFINITY : fmaf(log2_flush(sum_exp_t), kLn2, maximum_t);
     }
+  }
+}
+
+// combine_row_in_slots with the fewest power-of-two slots that hold `splits` (at most
+// kMaxClusterSplits), so that a call of few splits runs little code.
+template <typename Element, bool kTemperatureLse, typename LseOf, typename LseTOf,
+          typename ValueOf>
+__device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, int splits,
+                                                        int64_t token, int64_t head,
+                                                        LseOf lse_of, LseTOf lse_t_of,
+                                                        ValueOf value_of) {
+  static_assert(kMaxClusterSplits == 16, "the slot counts below cover 16 splits");
+  if (splits <= 2) {
+    combine_row_in_slots<2, Element, kTemperatureLse>(p, splits, token, head, lse_of, lse_t_of,
+                                                      value_of);
+  } else if (splits <= 4) {
+    combine_row_in_slots<4, Element, kTemperatureLse>(p, splits, token, head, lse_of, lse_t_of,
+                                                      value_of);
+  } else if (splits <= 8) {
+    combine_row_in_slots<8, Element, kTemperatureLse>(p, splits, token, head, lse_of, lse_t_of,
+                                                      value_of);
+  } else {
+    combine_row_in_slots<16, Element, kTemperatureLse>(p, splits, token, head, lse_of, lse_t_of,
+                                                       value_of);
   }
 }
 
