@@ -67,23 +67,6 @@ __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumula
   }
 }
 
-// 2^x, log2(x) and 1/x in one MUFU instruction each, flushing subnormals: a split's weight
-// against the largest (1) below 2^-126 is 0 either way, and the sum of the weights lies in
-// [1, 16], where the approximations are within two ulps. expf, logf and the IEEE division add
-// range checks, rescales and a slow-path call to the combine's cold code.
-__device__ __forceinline__ float log2_flush(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float reciprocal_flush(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
 // One warp: row `row` of the tile's partial combined over the splits and written out, for at
 // most kSlots splits. Every lane reads all splits' LSEs (lse_of(s), lse_t_of(s): one address
 // across the warp, a broadcast) and computes the row's LSE and the splits' weights itself, then

@@ -320,7 +320,9 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   share_row_sums<kTemperatureLse>(exchange, sum, sum_t);
   softmax.lse_of_sums(sum, sum_t, p.lse_temperature, lse, lse_t);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) scale[h] = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
+  for (int h = 0; h < 2; ++h) {
+    scale[h] = sum[h] > 0.f ? p.v_global_scale * reciprocal_flush(sum[h]) : 0.f;
+  }
   const RowPartial partial = gather_row_partial(o, scale, lse, lse_t);
   FLASHMSA_MARK(kMarkPublished);
 

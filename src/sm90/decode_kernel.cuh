@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
     allow_next_grid_launch();
     FLASHMSA_MARK_BY(0, kMarkProducerReleased);
     if (threadIdx.x == 0) {
-      produce(params, smem, tile_plan(header, union_size, work.split, params.num_splits),
+      produce(params, smem, tile_plan(header, union_size, work.split, params.splits_divisor),
               work.kv_head, SpeculativeLoad{-1, -1});
     }
     return;
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
   named_barrier_arrive(kPageRowBarrier, kDecodeThreads);
   named_barrier_sync(kPlanReadyBarrier, kDecodeThreads);
   allow_next_grid_launch();
-  const TilePlan plan = tile_plan(header, header.union_size, work.split, params.num_splits);
+  const TilePlan plan = tile_plan(header, header.union_size, work.split, params.splits_divisor);
   consume_one_token<Element, kTemperatureLse>(params, smem, plan, work.kv_head, 0);
 }
 

@@ -13,6 +13,27 @@ namespace flashmsa::sm90 {
 // PrefillParams::warp_planning.
 constexpr int32_t kWarpPlanNone = 0, kWarpPlanEntryOrder = 1, kWarpPlanSorted = 2;
 
+// n / divisor and n % divisor for 0 <= n < 2^31 in two dependent integer instructions, where a
+// runtime division is about fifteen around a MUFU.RCP: the launch computes multiplier and
+// shift once (fast_divisor), and quotient() is (umulhi(n, multiplier) + n) >> shift (the
+// round-up method; umulhi(n, multiplier) < n keeps the sum below 2^32). Every CTA divides its
+// block index this way at entry, on the path to its first load (cta_work), and the split
+// CTAs their union into slices (tile_plan).
+struct FastDivisor {
+  uint32_t divisor;
+  uint32_t multiplier;
+  uint32_t shift;
+};
+
+// divisor >= 1.
+inline FastDivisor fast_divisor(uint32_t divisor) {
+  uint32_t shift = 0;
+  while ((uint64_t{1} << shift) < divisor) ++shift;
+  const uint64_t multiplier =
+      ((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1;
+  return FastDivisor{divisor, static_cast<uint32_t>(multiplier), shift};
+}
+
 struct PrefillParams {
   // K and V as TMA tensors: flat (head_dim, total_k, Hkv), paged (head_dim, 128, Hkv,
   // num_pages). Boxes are 64 dims x 128 tokens: one 128-byte-swizzled panel of a block.
@@ -41,6 +62,7 @@ struct PrefillParams {
   // heads_per_chunk query heads of one KV head; groups wider than 64 heads are split into
   // ceil(G / 64) head chunks, each its own CTA column.
   int32_t heads_per_chunk, num_head_chunks, tokens_per_warpgroup, tokens_per_tile;
+  FastDivisor heads_per_chunk_divisor;  // row_source's
   int32_t num_consumer_warpgroups;  // 2: prefill shape; 1: decode shape, two CTAs per SM
   // Rows per request when every request may have the same number (total_q = B x uniform_rows,
   // decode batches), else 0: warp planning guesses the tile's rows from it (warp_planning.cuh).
@@ -61,6 +83,8 @@ struct PrefillParams {
   // together.
   int32_t tiles_outer;
   int64_t max_tiles;  // tiles per head column (a bound: CTAs past the real tiles exit)
+  // cta_work's divisors: max_tiles, num_kv_heads * num_head_chunks, num_head_chunks.
+  FastDivisor tiles_divisor, columns_divisor, head_chunks_divisor;
   uint64_t kv_cache_hint;  // L2 policy of the K/V loads (producer.cuh)
 
   // KV split: num_splits CTAs share each tile's union of blocks. Decode launches run them as
@@ -69,6 +93,7 @@ struct PrefillParams {
   // total_q, Hq, 128) and (num_splits, total_q, Hq), to the workspace and merge.cu reduces them.
   // num_splits == 1 writes out directly.
   int32_t num_splits;
+  FastDivisor splits_divisor;
   int32_t cluster_reduce;
   // Cluster launches of one CTA per SM: one-token tiles push their partial into the leader's
   // shared memory (cluster_reduce.cuh: push_partial) instead of the barrier-and-pull reduction.

@@ -30,18 +30,23 @@ struct CtaWork {
   int32_t split;
 };
 
-// The launch keeps the grid below 2^31 CTAs, so 32-bit division suffices.
+__device__ __forceinline__ uint32_t quotient(uint32_t n, FastDivisor d) {
+  return (__umulhi(n, d.multiplier) + n) >> d.shift;
+}
+
+// The launch keeps the grid below 2^31 CTAs, so the fast divisors (params.h) apply.
 __device__ __forceinline__ CtaWork cta_work(const PrefillParams& p) {
-  const uint32_t columns = static_cast<uint32_t>(p.num_kv_heads * p.num_head_chunks);
-  const uint32_t tiles = static_cast<uint32_t>(p.max_tiles);
-  const uint32_t splits = static_cast<uint32_t>(p.num_splits);
-  const uint32_t rest = blockIdx.x / splits;
-  const uint32_t column = p.tiles_outer ? rest % columns : rest / tiles;
+  const uint32_t rest = quotient(blockIdx.x, p.splits_divisor);
+  const uint32_t outer = quotient(rest, p.tiles_outer ? p.columns_divisor : p.tiles_divisor);
+  const uint32_t inner = rest - outer * (p.tiles_outer ? p.columns_divisor.divisor
+                                                       : p.tiles_divisor.divisor);
+  const uint32_t column = p.tiles_outer ? inner : outer;
+  const uint32_t kv_head = quotient(column, p.head_chunks_divisor);
   CtaWork work;
-  work.split = static_cast<int32_t>(blockIdx.x % splits);
-  work.tile = p.tiles_outer ? rest / columns : rest % tiles;
-  work.kv_head = static_cast<int32_t>(column / p.num_head_chunks);
-  work.head_chunk = static_cast<int32_t>(column % p.num_head_chunks);
+  work.split = static_cast<int32_t>(blockIdx.x - rest * p.splits_divisor.divisor);
+  work.tile = p.tiles_outer ? outer : inner;
+  work.kv_head = static_cast<int32_t>(kv_head);
+  work.head_chunk = static_cast<int32_t>(column - kv_head * p.head_chunks_divisor.divisor);
   return work;
 }
 
@@ -58,18 +63,22 @@ struct TilePlan {
   int32_t split;
 };
 
-// The plan of a located tile whose union is in shared memory.
+// The plan of a located tile whose union is in shared memory (union_size * splits < 2^31).
 __device__ __forceinline__ TilePlan tile_plan(const SmemHeader& header, int32_t union_size,
-                                              int32_t split, int32_t num_splits) {
+                                              int32_t split, FastDivisor splits) {
+  const uint32_t size = static_cast<uint32_t>(union_size), rank = static_cast<uint32_t>(split);
   return TilePlan{header.batch_index,
                   header.tile_first_row,
                   header.tile_num_tokens,
                   header.request_seqlen_k,
                   union_size,
-                  union_size * split / num_splits,
-                  union_size * (split + 1) / num_splits,
+                  static_cast<int32_t>(quotient(size * rank, splits)),
+                  static_cast<int32_t>(quotient(size * (rank + 1), splits)),
                   split};
 }
+
+// A tile that no split shares.
+__device__ __forceinline__ FastDivisor one_split() { return FastDivisor{1, 1, 0}; }
 
 // Step i of a CTA's slice uses stage i % num_stages of the K and V rings, in phase
 // (i / num_stages) & 1 of that stage's barriers (the producer waits for the opposite phase of
@@ -97,10 +106,11 @@ struct RowSource {
 
 __device__ __forceinline__ RowSource row_source(const PrefillParams& p, const TilePlan& plan,
                                                 int warpgroup, int head_chunk, int row) {
-  const int token_in_warpgroup = row / p.heads_per_chunk;
+  const int token_in_warpgroup =
+      static_cast<int>(quotient(static_cast<uint32_t>(row), p.heads_per_chunk_divisor));
   RowSource source;
   source.tile_token = warpgroup * p.tokens_per_warpgroup + token_in_warpgroup;
-  source.head = head_chunk * p.heads_per_chunk + row % p.heads_per_chunk;
+  source.head = head_chunk * p.heads_per_chunk + row - token_in_warpgroup * p.heads_per_chunk;
   source.valid = token_in_warpgroup < p.tokens_per_warpgroup && source.head < p.group_size &&
                  source.tile_token < plan.num_tokens;
   return source;
@@ -385,7 +395,7 @@ __device__ inline TilePlan plan_union(const PrefillParams& p, const Smem& smem, 
     atomicOr(&smem.token_mask(lo)[token / 32], 1u << (token % 32));
   }
   __syncthreads();
-  return tile_plan(header, union_size, split, p.num_splits);
+  return tile_plan(header, union_size, split, p.splits_divisor);
 }
 
 }  // namespace flashmsa::sm90

@@ -44,7 +44,7 @@ __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, co
   __syncthreads();
   FLASHMSA_MARK(kMarkLocated);
   const SmemHeader& header = smem.header();
-  if (header.batch_index < 0) return tile_plan(header, 0, 0, 1);
+  if (header.batch_index < 0) return tile_plan(header, 0, 0, one_split());
   const bool is_consumer = threadIdx.x >= 128;
   if (warp_planning) {
     if (threadIdx.x < 32 && sorts_in_one_warp(params)) {
@@ -56,11 +56,11 @@ __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, co
                                           page_row_length);
       plan_tile_in_warp(params, smem, entries, guess, work.kv_head, page_row_length);
     } else if (is_consumer) {
-      load_tile_queries<Element, kConsumers>(params, smem, tile_plan(header, 0, 0, 1),
+      load_tile_queries<Element, kConsumers>(params, smem, tile_plan(header, 0, 0, one_split()),
                                              work.kv_head, work.head_chunk);
     }
     __syncthreads();
-    return tile_plan(header, header.union_size, work.split, params.num_splits);
+    return tile_plan(header, header.union_size, work.split, params.splits_divisor);
   }
   const TilePlan plan = plan_union(params, smem, work.kv_head, work.split);  // ends with a barrier
   if (is_consumer) {

@@ -24,6 +24,23 @@ __device__ __forceinline__ float exp2_flush(float x) {
   return y;
 }
 
+// log2(x) and 1/x in one MUFU instruction each, flushing subnormals, for x in [1, 2^24]: the sum
+// of a row's exponentials, whose largest term is exactly 1, and the sum of the split weights
+// in the cluster combine. log2f and the IEEE division add range checks, rescales and a
+// slow-path call to code that runs once per CTA, cold (docs/performance.md, twelfth session).
+__device__ __forceinline__ float log2_flush(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float reciprocal_flush(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
 __device__ __forceinline__ float max_over_row_quad(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -176,12 +193,11 @@ struct OnlineSoftmax {
   }
 
  private:
-  static constexpr float kLn2 = 0.6931471805599453f;
   __device__ __forceinline__ float row_lse(int h, float sum) const {
-    return sum > 0.f ? (row_max[h] + log2f(sum)) * kLn2 : -INFINITY;
+    return sum > 0.f ? (row_max[h] + log2_flush(sum)) * kLn2 : -INFINITY;
   }
   __device__ __forceinline__ float row_lse_t(int h, float sum_t, float temperature) const {
-    return sum_t > 0.f ? (temperature * row_max[h] + log2f(sum_t)) * kLn2 : -INFINITY;
+    return sum_t > 0.f ? (temperature * row_max[h] + log2_flush(sum_t)) * kLn2 : -INFINITY;
   }
 };
 
