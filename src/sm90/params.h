@@ -25,8 +25,9 @@ struct FastDivisor {
   uint32_t shift;
 };
 
-// divisor >= 1.
+// A divisor of 0 is taken as 1: nothing divides by it (a launch with no tiles runs no CTA).
 inline FastDivisor fast_divisor(uint32_t divisor) {
+  if (divisor == 0) divisor = 1;
   uint32_t shift = 0;
   while ((uint64_t{1} << shift) < divisor) ++shift;
   const uint64_t multiplier =
