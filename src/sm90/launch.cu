@@ -435,12 +435,12 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.q_offset_value = args.q_offset_value;
 
   p.heads_per_chunk = tiles.heads_per_chunk;
-  p.heads_per_chunk_divisor = sm90::fast_divisor(static_cast<uint32_t>(tiles.heads_per_chunk));
+  p.heads_per_chunk_divisor = fast_divisor(static_cast<uint32_t>(tiles.heads_per_chunk));
   p.num_head_chunks = tiles.num_head_chunks;
   p.tokens_per_warpgroup = tiles.tokens_per_warpgroup;
   p.tokens_per_tile = tiles.tokens_per_tile;
   p.num_splits = tiles.num_splits;
-  p.splits_divisor = sm90::fast_divisor(static_cast<uint32_t>(tiles.num_splits));
+  p.splits_divisor = fast_divisor(static_cast<uint32_t>(tiles.num_splits));
   p.cluster_reduce = tiles.cluster_reduce;
   p.push_reduce = tiles.push_reduce;
   p.num_consumer_warpgroups = tiles.num_consumer_warpgroups;
@@ -451,10 +451,10 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.speculate_first_block = tuning_override("FLASHMSA_TUNE_SPECULATE", 1, 0, 1);
   p.tiles_outer = tiles.tiles_outer;
   p.max_tiles = tiles.max_tiles;
-  p.tiles_divisor = sm90::fast_divisor(static_cast<uint32_t>(tiles.max_tiles));
+  p.tiles_divisor = fast_divisor(static_cast<uint32_t>(tiles.max_tiles));
   p.columns_divisor =
-      sm90::fast_divisor(static_cast<uint32_t>(args.num_kv_heads * tiles.num_head_chunks));
-  p.head_chunks_divisor = sm90::fast_divisor(static_cast<uint32_t>(tiles.num_head_chunks));
+      fast_divisor(static_cast<uint32_t>(args.num_kv_heads * tiles.num_head_chunks));
+  p.head_chunks_divisor = fast_divisor(static_cast<uint32_t>(tiles.num_head_chunks));
   p.kv_cache_hint = tiles.kv_evict_first ? sm90::kCacheHintEvictFirst : sm90::kCacheHintEvictNormal;
   p.smem_layout = smem_layout(args, tiles);
 

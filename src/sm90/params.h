@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <stdint.h>
 
+#include "common/fast_divisor.h"
 #include "sm90/kernel_traits.h"
 #include "sm90/output_params.h"
 
@@ -12,28 +13,6 @@ namespace flashmsa::sm90 {
 
 // PrefillParams::warp_planning.
 constexpr int32_t kWarpPlanNone = 0, kWarpPlanEntryOrder = 1, kWarpPlanSorted = 2;
-
-// n / divisor and n % divisor for 0 <= n < 2^31 in two dependent integer instructions, where a
-// runtime division is about fifteen around a MUFU.RCP: the launch computes multiplier and
-// shift once (fast_divisor), and quotient() is (umulhi(n, multiplier) + n) >> shift (the
-// round-up method; umulhi(n, multiplier) < n keeps the sum below 2^32). Every CTA divides its
-// block index this way at entry, on the path to its first load (cta_work), and the split
-// CTAs their union into slices (tile_plan).
-struct FastDivisor {
-  uint32_t divisor;
-  uint32_t multiplier;
-  uint32_t shift;
-};
-
-// A divisor of 0 is taken as 1: nothing divides by it (a launch with no tiles runs no CTA).
-inline FastDivisor fast_divisor(uint32_t divisor) {
-  if (divisor == 0) divisor = 1;
-  uint32_t shift = 0;
-  while ((uint64_t{1} << shift) < divisor) ++shift;
-  const uint64_t multiplier =
-      ((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1;
-  return FastDivisor{divisor, static_cast<uint32_t>(multiplier), shift};
-}
 
 struct PrefillParams {
   // K and V as TMA tensors: flat (head_dim, total_k, Hkv), paged (head_dim, 128, Hkv,

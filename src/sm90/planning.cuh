@@ -30,11 +30,7 @@ struct CtaWork {
   int32_t split;
 };
 
-__device__ __forceinline__ uint32_t quotient(uint32_t n, FastDivisor d) {
-  return (__umulhi(n, d.multiplier) + n) >> d.shift;
-}
-
-// The launch keeps the grid below 2^31 CTAs, so the fast divisors (params.h) apply.
+// The launch keeps the grid below 2^31 CTAs, so the fast divisors (common/fast_divisor.h) apply.
 __device__ __forceinline__ CtaWork cta_work(const PrefillParams& p) {
   const uint32_t rest = quotient(blockIdx.x, p.splits_divisor);
   const uint32_t outer = quotient(rest, p.tiles_outer ? p.columns_divisor : p.tiles_divisor);
