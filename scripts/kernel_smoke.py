@@ -6,7 +6,6 @@ and the full benchmark bench/; this is the few-seconds check run after each kern
 """
 import os
 import sys
-import time
 
 import torch
 
@@ -153,6 +152,11 @@ def time_graph(args, reps=50):
             flashmsa.msa_sparse_attention(**arg_sets[i % len(arg_sets)])
     for _ in range(3):
         graph.replay()
+    return median_replay_seconds(graph, reps) / 10
+
+
+def median_replay_seconds(graph, reps):
+    """Median seconds of one replay of a captured `graph`, over `reps` CUDA-event timings."""
     start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
@@ -161,7 +165,7 @@ def time_graph(args, reps=50):
         end[i].record()
     torch.cuda.synchronize()
     times = sorted(s.elapsed_time(e) for s, e in zip(start, end))
-    return times[len(times) // 2] * 1e-3 / 10
+    return times[len(times) // 2] * 1e-3
 
 
 def main():
