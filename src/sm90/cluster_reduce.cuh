@@ -192,10 +192,17 @@ __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& s
 // other rows to their owners and combines and writes the rows it owns, so the traffic and the
 // combining are spread over the cluster (pushing every row to one leader made that SM's inbound
 // stores the bottleneck: batch 1, eight splits, 11.8 us against 10.4 for the pull).
-__device__ __forceinline__ int row_owner(int row, int splits) { return row % splits; }
+// Both divide by the split count with the launch's fast divisor (common/fast_divisor.h): a
+// runtime division is about twenty dependent instructions on every consumer thread's way to
+// its push.
+__device__ __forceinline__ int row_owner(int row, FastDivisor splits) {
+  const uint32_t rounds = quotient(static_cast<uint32_t>(row), splits);
+  return row - static_cast<int>(rounds * splits.divisor);
+}
 
-__device__ __forceinline__ int rows_owned(int split, int splits) {
-  return (kDecodeRows - split + splits - 1) / splits;
+__device__ __forceinline__ int rows_owned(int split, FastDivisor splits) {
+  return static_cast<int>(
+      quotient(static_cast<uint32_t>(kDecodeRows - split) + splits.divisor - 1, splits));
 }
 
 // Bytes one row of one split's partial takes when pushed: its 128 values, then its LSEs.
@@ -215,7 +222,7 @@ __device__ __forceinline__ void set_up_push(const PrefillParams& p, const Smem& 
                                             int split) {
   if (threadIdx.x == 0) {
     mbarrier_expect_tx(&smem.header().received_full,
-                       rows_owned(split, p.num_splits) * (p.num_splits - 1) *
+                       rows_owned(split, p.splits_divisor) * (p.num_splits - 1) *
                            pushed_row_bytes<kTemperatureLse>());
   }
   cluster_arrive_relaxed();
@@ -258,7 +265,7 @@ __device__ __forceinline__ int receive_slot(int sender, int owner) {
 // Every consumer thread whose row another split owns: into that split's receive buffer,
 // completing on its received_full.
 template <bool kTemperatureLse>
-__device__ __forceinline__ void push_partial(const Smem& smem, int split, int splits,
+__device__ __forceinline__ void push_partial(const Smem& smem, int split, FastDivisor splits,
                                              const RowPartial& partial) {
   const int owner = row_owner(partial.row, splits);
   const uint32_t barrier = cluster_shared_address(&smem.header().received_full, owner);
@@ -308,8 +315,8 @@ __device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Sme
   if (threadIdx.x % 128 == 0) mbarrier_arrive(&smem.header().received_full);
   cluster_wait();  // every split's received_full is initialised and armed
   FLASHMSA_MARK(kMarkClusterReady);
-  if (row_owner(partial.row, splits) != split) {
-    push_partial<kTemperatureLse>(smem, split, splits, partial);
+  if (row_owner(partial.row, p.splits_divisor) != split) {
+    push_partial<kTemperatureLse>(smem, split, p.splits_divisor, partial);
   } else {
     store_row_partial<kTemperatureLse>(partial, own_partial_rows(smem) + partial.row * kHeadDim,
                                        own_partial_lse(smem) + partial.row,
@@ -318,7 +325,7 @@ __device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Sme
   FLASHMSA_MARK(kMarkPushed);
   named_barrier_sync(kConsumerBarrier, 128);  // own rows written
   FLASHMSA_MARK(kMarkOwnersReady);
-  const int owned = rows_owned(split, splits);
+  const int owned = rows_owned(split, p.splits_divisor);
   const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   if (warp >= owned) return;
   mbarrier_wait(&smem.header().received_full, 0);
