@@ -121,15 +121,23 @@ def decode_tuning_sweep(settings=None):
     open questions; docs/performance.md records the earlier sweeps."""
     cases = ((1, 1, 32768), (8, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768),
              (64, 1, 131072), (32, 8, 32768))
+    # TUNE_CASES="1x1,16x1" sweeps only those (batch x tokens, KV 32768).
+    if os.environ.get("TUNE_CASES"):
+        cases = tuple((*(int(n) for n in case.split("x")), 32768)
+                      for case in os.environ["TUNE_CASES"].split(","))
     settings = list(settings or [("FLASHMSA_TUNE_STAGES", "2"), ("FLASHMSA_TUNE_SPLITS", "1"),
                                  ("FLASHMSA_TUNE_SPLITS", "4"),
                                  ("FLASHMSA_TUNE_DEEP_PIPELINE", "0")])
     # Default again at the end: the first timing of an input set runs about 5% slow at batch 64
     # and 128 (scripts/warming.py), so compare the settings with this last one.
     settings += [("default", "")]
+    # TUNE_SETS=n times calls that cycle through n input sets (seeds), as the benchmark's
+    # rotation does, so that small batches' K/V is not read from L2 (one set: it is).
+    sets = int(os.environ.get("TUNE_SETS", "1"))
     for batch, tokens, kv_len in cases:
-        args = decode_case(batch, tokens, kv_len)
-        gbytes = kv_bytes(args)
+        args = [decode_case(batch, tokens, kv_len, seed=seed) for seed in range(sets)]
+        gbytes = kv_bytes(args[0])
+        args = args if sets > 1 else args[0]
         for name, value in [("default", "")] + settings:
             if name != "default":
                 os.environ[name] = value

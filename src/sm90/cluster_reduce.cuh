@@ -192,12 +192,18 @@ __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& s
 // other rows to their owners and combines and writes the rows it owns, so the traffic and the
 // combining are spread over the cluster (pushing every row to one leader made that SM's inbound
 // stores the bottleneck: batch 1, eight splits, 11.8 us against 10.4 for the pull).
-// Both divide by the split count with the launch's fast divisor (common/fast_divisor.h): a
-// runtime division is about twenty dependent instructions on every consumer thread's way to
-// its push.
-__device__ __forceinline__ int row_owner(int row, FastDivisor splits) {
-  const uint32_t rounds = quotient(static_cast<uint32_t>(row), splits);
-  return row - static_cast<int>(rounds * splits.divisor);
+// A row's owner and its ordinal among the owner's rows (row = owner + S x ordinal), which is
+// where it lies in the owner's push slots (kernel_traits.h). Both come from one quotient by
+// the split count with the launch's fast divisor (common/fast_divisor.h): a runtime division
+// is about twenty dependent instructions on every consumer thread's way to its push.
+struct RowPlace {
+  int owner;
+  int ordinal;
+};
+
+__device__ __forceinline__ RowPlace row_place(int row, FastDivisor splits) {
+  const uint32_t ordinal = quotient(static_cast<uint32_t>(row), splits);
+  return RowPlace{row - static_cast<int>(ordinal * splits.divisor), static_cast<int>(ordinal)};
 }
 
 __device__ __forceinline__ int rows_owned(int split, FastDivisor splits) {
@@ -213,7 +219,7 @@ constexpr uint32_t pushed_row_bytes() {
 
 // Kernel entry, every thread of a push_reduce launch, after thread 0 initialised received_full:
 // thread 0 announces the bytes the other splits will push (rows owned x other splits), then
-// every thread arrives at the cluster barrier that push_partial waits for (relaxed: thread 0's
+// every thread arrives at the cluster barrier that place_partial waits for (relaxed: thread 0's
 // fence.mbarrier_init.release.cluster makes the initialisation visible to the remote writers;
 // the expected bytes may be announced after some of them land, which the transaction count
 // allows).
@@ -262,47 +268,59 @@ __device__ __forceinline__ int receive_slot(int sender, int owner) {
   return sender < owner ? sender : sender - 1;
 }
 
-// Every consumer thread whose row another split owns: into that split's receive buffer,
-// completing on its received_full.
-template <bool kTemperatureLse>
-__device__ __forceinline__ void push_partial(const Smem& smem, int split, FastDivisor splits,
-                                             const RowPartial& partial) {
-  const int owner = row_owner(partial.row, splits);
-  const uint32_t barrier = cluster_shared_address(&smem.header().received_full, owner);
-  const int slot = receive_slot(split, owner);
-  const uint32_t rows = cluster_shared_address(
-      smem.received_rows(slot) + partial.row * kHeadDim + partial.column, owner);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    store_cluster_async(rows + sizeof(float) * kRowPartialStride * j, partial.value[j], barrier);
-  }
-  if (partial.sends_lse) {
-    store_cluster_async(cluster_shared_address(&smem.received_lse(slot)[partial.row], owner),
-                        partial.lse, barrier);
-    if (kTemperatureLse) {
-      store_cluster_async(cluster_shared_address(&smem.received_lse_t(slot)[partial.row], owner),
-                          partial.lse_t, barrier);
-    }
-  }
+// Split s's partial of owner `owner`'s rows, in the push slot layout: the owner's own in the
+// first V stage (idle once every warp's loop is over), another split's in its receive slot. A
+// byte offset from the shared-memory base, so that the owner's loads stay shared-memory loads
+// (a choice between two pointers made them generic); values, LSEs and temperature LSEs of
+// ordinal i at the float indices below.
+__device__ __forceinline__ uint32_t pushed_rows_offset(const SmemLayout& layout, int s,
+                                                       int owner) {
+  return s == owner ? layout.v : layout.received + receive_slot(s, owner) * layout.push_slot_bytes;
 }
-
-// Where an owner keeps its own rows of its partial for the combine: the first V stage, idle
-// once every warp's loop is over.
-__device__ __forceinline__ float* own_partial_rows(const Smem& smem) {
-  return reinterpret_cast<float*>(smem.v(0));
+__device__ __forceinline__ int pushed_value_index(int ordinal) { return ordinal * kHeadDim; }
+__device__ __forceinline__ int pushed_lse_index(const SmemLayout& layout, int ordinal) {
+  return layout.push_slot_rows * kHeadDim + ordinal;
 }
-__device__ __forceinline__ float* own_partial_lse(const Smem& smem) {
-  return own_partial_rows(smem) + kDecodeRows * kHeadDim;
-}
-__device__ __forceinline__ float* own_partial_lse_t(const Smem& smem) {
-  return own_partial_lse(smem) + kDecodeRows;
+__device__ __forceinline__ int pushed_lse_t_index(const SmemLayout& layout, int ordinal) {
+  return layout.push_slot_rows * (kHeadDim + 1) + ordinal;
 }
 static_assert(kDecodeRows * (kHeadDim + 2) * sizeof(float) <= kKvTileBytes,
               "an owner's rows must fit in the first V stage");
 
+// Every consumer thread with a share of the partial: into its row owner's push slot for this
+// split, remote (completing on the owner's received_full) or, for the rows this split owns, its
+// own first V stage.
+template <bool kTemperatureLse>
+__device__ __forceinline__ void place_partial(const Smem& smem, int split, FastDivisor splits,
+                                              const RowPartial& partial) {
+  const RowPlace place = row_place(partial.row, splits);
+  float* rows = reinterpret_cast<float*>(smem.base + pushed_rows_offset(smem.layout, split,
+                                                                        place.owner));
+  float* row = rows + pushed_value_index(place.ordinal);
+  float* lse = rows + pushed_lse_index(smem.layout, place.ordinal);
+  float* lse_t = rows + pushed_lse_t_index(smem.layout, place.ordinal);
+  if (place.owner == split) {
+    store_row_partial<kTemperatureLse>(partial, row, lse, lse_t);
+    return;
+  }
+  const uint32_t barrier = cluster_shared_address(&smem.header().received_full, place.owner);
+  const uint32_t remote_values = cluster_shared_address(row + partial.column, place.owner);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    store_cluster_async(remote_values + sizeof(float) * kRowPartialStride * j, partial.value[j],
+                        barrier);
+  }
+  if (partial.sends_lse) {
+    store_cluster_async(cluster_shared_address(lse, place.owner), partial.lse, barrier);
+    if (kTemperatureLse) {
+      store_cluster_async(cluster_shared_address(lse_t, place.owner), partial.lse_t, barrier);
+    }
+  }
+}
+
 // A one-token tile's cluster reduction, every consumer thread, with its share of this split's
-// partial. Rows another split owns are pushed to it; rows this split owns go to
-// own_partial_rows, and once every push has landed, warp w combines the owned rows w, w + 4,
+// partial. Rows another split owns are pushed to it; rows this split owns go to its first V
+// stage, and once every push has landed, warp w combines the owned rows w, w + 4,
 // ... (of this split's) over all splits, one warp per row (combine_row_over_splits): eight
 // threads combining a row one split after the other took 1.9 us of batch 1's 8.6
 // (docs/performance.md). The split's first consumer thread arrives on received_full for the
@@ -315,13 +333,7 @@ __device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Sme
   if (threadIdx.x % 128 == 0) mbarrier_arrive(&smem.header().received_full);
   cluster_wait();  // every split's received_full is initialised and armed
   FLASHMSA_MARK(kMarkClusterReady);
-  if (row_owner(partial.row, p.splits_divisor) != split) {
-    push_partial<kTemperatureLse>(smem, split, p.splits_divisor, partial);
-  } else {
-    store_row_partial<kTemperatureLse>(partial, own_partial_rows(smem) + partial.row * kHeadDim,
-                                       own_partial_lse(smem) + partial.row,
-                                       own_partial_lse_t(smem) + partial.row);
-  }
+  place_partial<kTemperatureLse>(smem, split, p.splits_divisor, partial);
   FLASHMSA_MARK(kMarkPushed);
   named_barrier_sync(kConsumerBarrier, 128);  // own rows written
   FLASHMSA_MARK(kMarkOwnersReady);
@@ -335,21 +347,14 @@ __device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Sme
     const int owned_row = split + splits * i;
     const RowSource source = row_source(p, plan, 0, head_chunk, owned_row);
     if (!source.valid) continue;  // warp-uniform
-    // Split s's partial: this split's own, or the receive slot of sender s (one layout: rows,
-    // LSEs, temperature LSEs). Chosen as an offset from the shared-memory base, so that the
-    // loads stay shared-memory loads (a choice between two pointers made them generic).
     auto partial_of = [&](int s) {
-      const uint32_t offset =
-          s == split ? smem.layout.v
-                     : smem.layout.received + receive_slot(s, split) * kPushSlotBytes;
-      return reinterpret_cast<const float*>(smem.base + offset);
+      return reinterpret_cast<const float*>(smem.base +
+                                            pushed_rows_offset(smem.layout, s, split));
     };
-    auto lse_of = [&](int s) { return partial_of(s)[kDecodeRows * kHeadDim + owned_row]; };
-    auto lse_t_of = [&](int s) {
-      return partial_of(s)[kDecodeRows * kHeadDim + kDecodeRows + owned_row];
-    };
+    auto lse_of = [&](int s) { return partial_of(s)[pushed_lse_index(smem.layout, i)]; };
+    auto lse_t_of = [&](int s) { return partial_of(s)[pushed_lse_t_index(smem.layout, i)]; };
     auto value_of = [&](int s) {
-      return *reinterpret_cast<const float4*>(partial_of(s) + owned_row * kHeadDim + 4 * lane);
+      return *reinterpret_cast<const float4*>(partial_of(s) + pushed_value_index(i) + 4 * lane);
     };
     combine_row_over_splits<Element, kTemperatureLse>(
         p, splits, plan.first_row + source.tile_token,

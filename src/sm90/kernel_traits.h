@@ -47,9 +47,15 @@ constexpr uint32_t kConsumerBarrier = 1;
 // One-token decode tiles (decode_consumer.cuh) hold one mma.sync row tile of query heads.
 constexpr int kDecodeRows = 16;
 // What a split CTA of a one-token tile pushes into a row owner's shared memory (cluster_reduce.cuh:
-// push_partial): fp32 out [16][128], then LSEs [16] and temperature LSEs [16]. Each split
-// receives num_splits - 1 of these (it uses the rows it owns).
-constexpr uint32_t kPushSlotBytes = kDecodeRows * (kHeadDim + 2) * sizeof(float);
+// place_partial): the owner's rows only, by their ordinal among its rows (split r owns rows r,
+// r + S, ...; at most ceil(16 / S)): fp32 out [rows][128], then LSEs [rows] and temperature LSEs
+// [rows], padded to 16 bytes. Each split receives num_splits - 1 of these. Slots of all 16 rows
+// (8.1 KiB each) kept sixteen splits from running two CTAs per SM (121 KiB of receive buffer).
+constexpr uint32_t push_slot_rows(uint32_t splits) { return (kDecodeRows + splits - 1) / splits; }
+constexpr uint32_t push_slot_bytes(uint32_t splits) {
+  return push_slot_rows(splits) * kHeadDim * sizeof(float) +
+         (push_slot_rows(splits) * 2 * sizeof(float) + 15) / 16 * 16;
+}
 
 // L2 policies of the K/V loads (PrefillParams::kv_cache_hint, the TMA cache-hint operand):
 // evict-normal for prefill (blocks are shared by neighbouring tiles of one head), evict-first
@@ -106,7 +112,9 @@ constexpr uint32_t kWarpScratchBytes = (kPageRowCapacity + kWarpPlanMaxEntries) 
 struct SmemLayout {
   uint32_t q[kMaxConsumerWarpgroups];  // equal when the warpgroups share their rows
   uint32_t k, v;                       // rings of num_stages x 32 KiB
-  uint32_t received;                   // (num_splits - 1) x kPushSlotBytes, push_reduce only
+  uint32_t received;                   // (num_splits - 1) x push_slot_bytes, push_reduce only
+  uint32_t push_slot_bytes;            // push_slot_bytes(num_splits)
+  int32_t push_slot_rows;              // push_slot_rows(num_splits)
   uint32_t union_blocks;               // int32[tokens_per_tile * topk]: ascending block ids
   uint32_t union_coords;               // int32[...]: TMA coordinate, flat token row or page id
   uint32_t token_masks;                // uint32[...][mask_words]: bit t = tile token t chose it
@@ -162,17 +170,6 @@ struct Smem {
   }
   __device__ __forceinline__ int32_t* entry_blocks() const {
     return reinterpret_cast<int32_t*>(base + layout.v + kMaxCandidates * sizeof(int64_t));
-  }
-  // Slot s of the receive buffer (the other splits in rank order, cluster_reduce.cuh's
-  // receive_slot): rows, then LSEs, then temperature LSEs.
-  __device__ __forceinline__ float* received_rows(int slot) const {
-    return reinterpret_cast<float*>(base + layout.received + slot * kPushSlotBytes);
-  }
-  __device__ __forceinline__ float* received_lse(int slot) const {
-    return received_rows(slot) + kDecodeRows * kHeadDim;
-  }
-  __device__ __forceinline__ float* received_lse_t(int slot) const {
-    return received_lse(slot) + kDecodeRows;
   }
   __device__ __forceinline__ int32_t* page_row() const {
     return reinterpret_cast<int32_t*>(base + layout.warp_scratch);

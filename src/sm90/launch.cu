@@ -270,9 +270,15 @@ TileConfig tile_config(const flashmsa_args& args) {
       c.num_splits = static_cast<int32_t>(std::min<int64_t>(c.num_splits, splits_one_cta_per_sm));
     }
     // The one-token kernel gives each split at least two blocks, so that a CTA's second block
-    // streams while its first is computed. Measured (H200, 428fccb, graph replays): batch 1
-    // 8 splits 7.7 us, 16 splits 8.1.
-    if (c.one_token_kernel) {
+    // streams while its first is computed, unless splits of one block each take at most half
+    // the SMs: then each has an SM to itself and the next call's CTAs launch on the other half
+    // and wait there (programmatic dependent launch). Measured (H200, docs/performance.md,
+    // rotating inputs): batch 1 16 splits 6.0 us, 8 splits 6.3; batch 2 16 splits 8.2, 8
+    // splits 7.3; batch 3 11 splits 9.4, 8 splits 8.0.
+    const bool one_block_splits_fit_half_the_sms =
+        units * std::min<int64_t>(c.num_splits, max_union) * 2 <=
+        multiprocessor_count(args.device_index);
+    if (c.one_token_kernel && !one_block_splits_fit_half_the_sms) {
       c.num_splits = static_cast<int32_t>(
           std::min<int64_t>(c.num_splits, std::max<int64_t>(1, max_union / 2)));
     }
@@ -282,9 +288,12 @@ TileConfig tile_config(const flashmsa_args& args) {
   // leaves room for two K and two V stages: the next block's loads are in flight while the
   // current one is computed, instead of waiting for its S and softmax. Measured (H200,
   // docs/performance.md): batch 1's loop ends 1.9 us sooner, but the call only gains once the
-  // cluster's slowest split does too. The clusters must still all be resident.
+  // cluster's slowest split does too. The clusters must still all be resident. Splits of one
+  // block have nothing to overlap: they stay at two CTAs per SM, which leaves room for the
+  // next call's clusters of 16 beside them (batch 1: 6.05 us, one per SM 6.13).
+  const bool splits_hold_one_block = max_union <= c.num_splits;
   if (decode_like && units * c.num_splits <= multiprocessor_count(args.device_index) &&
-      tuning_override("FLASHMSA_TUNE_DEEP_PIPELINE", 1, 0, 1) != 0) {
+      !splits_hold_one_block && tuning_override("FLASHMSA_TUNE_DEEP_PIPELINE", 1, 0, 1) != 0) {
     c.ctas_per_sm = 1;
     if (!clusters_resident(c)) c.ctas_per_sm = 2;
   }
@@ -298,11 +307,10 @@ TileConfig tile_config(const flashmsa_args& args) {
   // next split wherever an SM finishes early (batch 64's SMs end 53-68 us apart).
   c.cluster_reduce = decode_like && c.num_splits > 1 &&
                      tuning_override("FLASHMSA_TUNE_CLUSTER", 1, 0, 1) != 0;
-  // One CTA per SM leaves room for the receive buffer ((splits - 1) x 8.1 KiB) beside the
-  // stages. At two per SM it fits beside the one stage only for a few splits, and only without
-  // warp planning's scratch (the one-token kernel).
-  const bool receive_buffer_fits =
-      c.ctas_per_sm == 1 || (c.one_token_kernel && c.num_splits <= 4);
+  // The receive buffer ((splits - 1) x ceil(16 / splits) rows, at most 15 KiB) fits beside
+  // the stages at one CTA per SM, and beside the one stage at two per SM for the one-token
+  // kernel, which has no warp planning scratch.
+  const bool receive_buffer_fits = c.ctas_per_sm == 1 || c.one_token_kernel;
   c.push_reduce = c.cluster_reduce && receive_buffer_fits &&
                   c.heads_per_chunk <= sm90::kDecodeRows &&
                   tuning_override("FLASHMSA_TUNE_PUSH", 1, 0, 1) != 0;
@@ -332,8 +340,10 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
   layout.q[0] = 0;
   layout.q[1] = shared_q ? 0 : q_bytes;
   const uint32_t q_end = shared_q ? q_bytes : 2 * q_bytes;
-  const uint32_t received_bytes =
-      c.push_reduce ? static_cast<uint32_t>(c.num_splits - 1) * kPushSlotBytes : 0;
+  const uint32_t splits = static_cast<uint32_t>(c.num_splits);
+  layout.push_slot_bytes = push_slot_bytes(splits);
+  layout.push_slot_rows = static_cast<int32_t>(push_slot_rows(splits));
+  const uint32_t received_bytes = c.push_reduce ? (splits - 1) * layout.push_slot_bytes : 0;
   layout.received = q_end;
   const uint32_t rings_begin = align(q_end + received_bytes, 1024);
   const uint32_t tokens = static_cast<uint32_t>(c.tokens_per_tile);

@@ -76,7 +76,7 @@ struct PrefillParams {
   FastDivisor splits_divisor;
   int32_t cluster_reduce;
   // Cluster launches of one CTA per SM: one-token tiles push their partial into the leader's
-  // shared memory (cluster_reduce.cuh: push_partial) instead of the barrier-and-pull reduction.
+  // shared memory (cluster_reduce.cuh: place_partial) instead of the barrier-and-pull reduction.
   int32_t push_reduce;
   float* partial_out;
   float* partial_lse;

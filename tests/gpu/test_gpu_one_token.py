@@ -121,22 +121,26 @@ def test_one_token_flat_equals_paged(batch):
     check_gpu_result(paged, got_paged)
 
 
-# (splits, FLASHMSA_TUNE_DEEP_PIPELINE, FLASHMSA_TUNE_CLUSTER)
-REDUCTIONS = {"pull-two-per-sm": (8, "0", "1"), "push-two-per-sm": (3, "0", "1"),
-              "push-one-per-sm": (2, "1", "1"), "workspace-merge": (3, "0", "0")}
+# (splits, FLASHMSA_TUNE_DEEP_PIPELINE, FLASHMSA_TUNE_CLUSTER, FLASHMSA_TUNE_PUSH)
+REDUCTIONS = {"pull-two-per-sm": (8, "0", "1", "0"), "push-two-per-sm": (3, "0", "1", "1"),
+              "push-two-per-sm-16": (16, "0", "1", "1"), "push-two-per-sm-7": (7, "0", "1", "1"),
+              "push-one-per-sm": (2, "1", "1", "1"), "push-one-per-sm-5": (5, "1", "1", "1"),
+              "workspace-merge": (3, "0", "0", "1")}
 
 
 @pytest.mark.parametrize("reduction", sorted(REDUCTIONS))
 def test_one_token_reduction_paths(reduction, monkeypatch):
     """The split reductions that the H200's default split rule never picks for this kernel but
-    other SM counts and the cluster-residency fallback can: two CTAs per SM with more than four
-    splits (the pull), with at most four (the push beside one stage), one per SM (the push),
-    and splits outside a cluster whose partials the merge kernel combines from the workspace,
-    forced through launch.cu's measurement overrides. Temperature LSEs included."""
-    splits, deep_pipeline, cluster = REDUCTIONS[reduction]
+    other SM counts and the cluster-residency fallback can, forced through launch.cu's
+    measurement overrides: the push at two CTAs per SM (beside the one stage) and at one per SM,
+    with split counts that own 1, 2, 3, 4 and 8 of the 16 rows, some unevenly; the pull; and
+    splits outside a cluster whose partials the merge kernel combines from the workspace.
+    Temperature LSEs included."""
+    splits, deep_pipeline, cluster, push = REDUCTIONS[reduction]
     monkeypatch.setenv("FLASHMSA_TUNE_SPLITS", str(splits))
     monkeypatch.setenv("FLASHMSA_TUNE_DEEP_PIPELINE", deep_pipeline)
     monkeypatch.setenv("FLASHMSA_TUNE_CLUSTER", cluster)
+    monkeypatch.setenv("FLASHMSA_TUNE_PUSH", push)
     case = make_case(f"one-token-{reduction}", [1] * 5, LENGTHS[:5], M3["num_qo_heads"],
                      M3["num_kv_heads"], 16, True, seed=208, layout="paged",
                      scalars=dict(lse_temperature_scale=0.7))
