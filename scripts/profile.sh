@@ -2,7 +2,7 @@
 # Hardware-counter profile of the sm90 kernels on the GPU machine (Firecracker runtime, where ncu
 # reads counters; clocks are left alone). Reports go to $OUT (or ./profile-out).
 #
-#   scripts/profile.sh [decode|decode1|mtp|prefill|both] [--source]
+#   scripts/profile.sh [decode|decode1|decode16|mtp|prefill|both] [--source]
 #
 # --source adds warp-state sampling per SASS instruction (source.csv: stall reasons by
 # instruction, to place a phase's time without a timeline build).

@@ -1,6 +1,6 @@
 """One MiniMax-M3 decode call and one prefill call, for `ncu` to profile (scripts/profile.sh).
 
-    python3 scripts/profile_kernels.py [decode|decode1|mtp|prefill|both]
+    python3 scripts/profile_kernels.py [decode|decode1|decode16|mtp|prefill|both]
 """
 import os
 import sys
@@ -19,6 +19,8 @@ def main():
         cases.append(decode_case(64, 1, 32768))
     if which == "decode1":  # batch 1: planning and fixed costs are most of the kernel
         cases.append(decode_case(1, 1, 32768))
+    if which == "decode16":  # batch 16: two splits, one CTA per SM on 128 SMs
+        cases.append(decode_case(16, 1, 32768))
     if which == "mtp":  # 8 query tokens per request, batch 32: prefill_kernel's block-wide plan
         cases.append(decode_case(32, 8, 32768))
     if which in ("prefill", "both"):
