@@ -56,6 +56,24 @@ constexpr uint32_t push_slot_bytes(uint32_t splits) {
   return push_slot_rows(splits) * kHeadDim * sizeof(float) +
          (push_slot_rows(splits) * 2 * sizeof(float) + 15) / 16 * 16;
 }
+constexpr uint32_t receive_buffer_bytes(uint32_t splits) {
+  return (splits - 1) * push_slot_bytes(splits);
+}
+// The largest receive buffer of any split count (15 splits: 14 slots of 2 rows, 14.2 KiB): it
+// fits beside Q and one stage at two CTAs per SM (launch.cu: receive_buffer_fits).
+constexpr uint32_t largest_receive_buffer_bytes() {
+  uint32_t largest = 0;
+  for (uint32_t splits = 2; splits <= kMaxClusterSplits; ++splits) {
+    largest = receive_buffer_bytes(splits) > largest ? receive_buffer_bytes(splits) : largest;
+  }
+  return largest;
+}
+constexpr int kTwoCtasPerSmSharedBytes = (228 * 1024) / 2 - 1024;  // the system keeps 1 KiB a CTA
+static_assert(2 * kQPanelBytes + largest_receive_buffer_bytes() + 2 * kKvTileBytes + 4096 +
+                      kSharedMemoryAlignmentSlack <=
+                  kTwoCtasPerSmSharedBytes,
+              "a one-token CTA of two per SM must hold Q, the receive buffer, one K and V stage "
+              "and its planning buffers (under 4 KiB)");
 
 // L2 policies of the K/V loads (PrefillParams::kv_cache_hint, the TMA cache-hint operand):
 // evict-normal for prefill (blocks are shared by neighbouring tiles of one head), evict-first

@@ -307,9 +307,9 @@ TileConfig tile_config(const flashmsa_args& args) {
   // next split wherever an SM finishes early (batch 64's SMs end 53-68 us apart).
   c.cluster_reduce = decode_like && c.num_splits > 1 &&
                      tuning_override("FLASHMSA_TUNE_CLUSTER", 1, 0, 1) != 0;
-  // The receive buffer ((splits - 1) x ceil(16 / splits) rows, at most 15 KiB) fits beside
+  // The receive buffer ((splits - 1) x ceil(16 / splits) rows, at most 14.2 KiB) fits beside
   // the stages at one CTA per SM, and beside the one stage at two per SM for the one-token
-  // kernel, which has no warp planning scratch.
+  // kernel, which has no warp planning scratch (kernel_traits.h asserts it).
   const bool receive_buffer_fits = c.ctas_per_sm == 1 || c.one_token_kernel;
   c.push_reduce = c.cluster_reduce && receive_buffer_fits &&
                   c.heads_per_chunk <= sm90::kDecodeRows &&
@@ -343,7 +343,7 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
   const uint32_t splits = static_cast<uint32_t>(c.num_splits);
   layout.push_slot_bytes = push_slot_bytes(splits);
   layout.push_slot_rows = static_cast<int32_t>(push_slot_rows(splits));
-  const uint32_t received_bytes = c.push_reduce ? (splits - 1) * layout.push_slot_bytes : 0;
+  const uint32_t received_bytes = c.push_reduce ? receive_buffer_bytes(splits) : 0;
   layout.received = q_end;
   const uint32_t rings_begin = align(q_end + received_bytes, 1024);
   const uint32_t tokens = static_cast<uint32_t>(c.tokens_per_tile);
@@ -356,7 +356,7 @@ sm90::SmemLayout smem_layout(const flashmsa_args& args, const TileConfig& c) {
       align(tokens * 4, 16) * 2 + warp_scratch_bytes + align(sizeof(SmemHeader), 16);
   const uint32_t stage_bytes = 2 * kKvTileBytes;  // K and V of one block
   // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
-  const uint32_t budget = c.ctas_per_sm == 1 ? kSharedMemoryLimit : (228 * 1024) / 2 - 1024;
+  const uint32_t budget = c.ctas_per_sm == 1 ? kSharedMemoryLimit : kTwoCtasPerSmSharedBytes;
   const uint32_t available = budget - kSharedMemoryAlignmentSlack;
   const uint32_t most_stages =
       c.num_consumer_warpgroups == 2
