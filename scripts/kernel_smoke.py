@@ -137,7 +137,6 @@ def decode_tuning_sweep(settings=None):
     for batch, tokens, kv_len in cases:
         args = [decode_case(batch, tokens, kv_len, seed=seed) for seed in range(sets)]
         gbytes = kv_bytes(args[0])
-        args = args if sets > 1 else args[0]
         for name, value in [("default", "")] + settings:
             if name != "default":
                 os.environ[name] = value

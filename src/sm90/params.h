@@ -75,8 +75,9 @@ struct PrefillParams {
   int32_t num_splits;
   FastDivisor splits_divisor;
   int32_t cluster_reduce;
-  // Cluster launches of one CTA per SM: one-token tiles push their partial into the leader's
-  // shared memory (cluster_reduce.cuh: place_partial) instead of the barrier-and-pull reduction.
+  // Cluster launches of one CTA per SM, and the one-token kernel's at two: one-token tiles push
+  // their partial rows into their owners' shared memory (cluster_reduce.cuh: place_partial)
+  // instead of the barrier-and-pull reduction.
   int32_t push_reduce;
   float* partial_out;
   float* partial_lse;
