@@ -116,9 +116,10 @@ def decode_tuning_sweep(settings=None):
     """Graph-replay times of the M3 decode cases under the launch overrides of launch.cu
     (FLASHMSA_TUNE_SPLITS: KV splits; FLASHMSA_TUNE_TILES_OUTER: grid order;
     FLASHMSA_TUNE_EVICT_FIRST: L2 policy of the K/V loads; FLASHMSA_TUNE_SPECULATE: the
-    speculative first block; FLASHMSA_TUNE_DEEP_PIPELINE: one CTA per SM with two stages for
-    grids that fit; FLASHMSA_TUNE_STAGES: the decode kernel's most stages), read by the library on every call. The settings swept are the
-    open questions; docs/performance.md records the earlier sweeps."""
+    speculative first block; FLASHMSA_TUNE_DEEP_PIPELINE=1: one CTA per SM with as many
+    stages as fit (three) for grids that fit; FLASHMSA_TUNE_STAGES: the decode kernel's most
+    stages), read by the library on every call. The settings swept are the open questions;
+    docs/performance.md records the earlier sweeps."""
     cases = ((1, 1, 32768), (8, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768),
              (64, 1, 131072), (32, 8, 32768))
     # TUNE_CASES="1x1,16x1" sweeps only those (batch x tokens, KV 32768).
@@ -127,7 +128,7 @@ def decode_tuning_sweep(settings=None):
                       for case in os.environ["TUNE_CASES"].split(","))
     settings = list(settings or [("FLASHMSA_TUNE_STAGES", "2"), ("FLASHMSA_TUNE_SPLITS", "1"),
                                  ("FLASHMSA_TUNE_SPLITS", "4"),
-                                 ("FLASHMSA_TUNE_DEEP_PIPELINE", "0")])
+                                 ("FLASHMSA_TUNE_DEEP_PIPELINE", "1")])
     # Default again at the end: the first timing of an input set runs about 5% slow at batch 64
     # and 128 (scripts/warming.py), so compare the settings with this last one.
     settings += [("default", "")]

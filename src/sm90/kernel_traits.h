@@ -16,8 +16,9 @@ constexpr int kMaxThreads = 128 * (1 + kMaxConsumerWarpgroups);  // warpgroup 0 
 // K and V have separate rings of stages: K of a block is released as soon as S = Q K^T is done,
 // V after P V. SmemLayout gives a launch as many stages as fit, up to kMaxStages, and prefill up
 // to kPrefillMaxStages: measured on the H200 (docs/performance.md), a third stage made
-// MiniMax-M3 prefill 5% slower. Decode grids of one CTA per SM take three (the shared memory
-// of a one-consumer CTA fits them): more of a CTA's few blocks in flight at once.
+// MiniMax-M3 prefill 5% slower. Decode grids run two CTAs per SM of one stage each; the
+// measurement override FLASHMSA_TUNE_DEEP_PIPELINE=1 gives those that fit one CTA per SM as
+// many as fit, three (launch.cu says why it is off).
 constexpr int kMaxStages = 4;
 constexpr int kPrefillMaxStages = 2;
 // Candidates (tokens x topk) one tile plans over; tiles are sized so that they never exceed it.

@@ -259,11 +259,10 @@ TileConfig tile_config(const flashmsa_args& args) {
   };
   if (decode_like) {
     while (!clusters_resident(c)) --c.num_splits;
-    // Where the units fit one CTA per SM, take the most splits that still do: each CTA then
-    // gets the whole SM and a deep pipeline (below), which beats more CTAs at two per SM with
-    // one stage each. Measured (H200, one-token decode consumer, docs/performance.md): batch 8
-    // 4 splits 17.4 us (8: 25.7), batch 16 2 splits 25.3 us (3: 27.8), batch 32 1 split 39.4 us
-    // (2: 42.3).
+    // Where the units fit one CTA per SM, take the most splits that still do: more splits
+    // measured slower, although two CTAs per SM would hold them. Measured (H200, one-token
+    // decode consumer, docs/performance.md): batch 8 4 splits 13.3-14.0 us on rotating inputs
+    // (8: 17.5), batch 16 2 splits 21.3-22.7 us (4: 25.7), batch 32 1 split 39.4 us (2: 42.3).
     const int64_t splits_one_cta_per_sm =
         units > 0 ? multiprocessor_count(args.device_index) / units : 0;
     if (splits_one_cta_per_sm >= 1) {
@@ -284,16 +283,18 @@ TileConfig tile_config(const flashmsa_args& args) {
     }
   }
   c.num_splits = tuning_override("FLASHMSA_TUNE_SPLITS", c.num_splits, 1, most_splits);
-  // A decode grid that has no more CTAs than the machine has SMs runs one CTA per SM, which
-  // leaves room for two K and two V stages: the next block's loads are in flight while the
-  // current one is computed, instead of waiting for its S and softmax. Measured (H200,
-  // docs/performance.md): batch 1's loop ends 1.9 us sooner, but the call only gains once the
-  // cluster's slowest split does too. The clusters must still all be resident. Splits of one
-  // block have nothing to overlap: they stay at two CTAs per SM, which leaves room for the
-  // next call's clusters of 16 beside them (batch 1: 6.05 us, one per SM 6.13).
+  // Decode grids run two CTAs per SM of one K and one V stage each, also where the grid has no
+  // more CTAs than the machine has SMs. One CTA per SM with three stages there (the deep
+  // pipeline, FLASHMSA_TUNE_DEEP_PIPELINE=1, now a measurement) keeps the next blocks in flight
+  // while a block is computed, but past 64 KiB in flight the SMs' shares of the DRAM bandwidth
+  // turn unequal (scripts/sm_bandwidth.cu: 36 against 47-49 GB/s), and a call ends with its
+  // slowest split. Measured on rotating inputs (H200, docs/performance.md): batch 16 19.9 us
+  // against 21.2-22.9 with the deep pipeline, batch 32 35.5 against 37.2-39.8, batch 2 6.6
+  // against 7.0; 2 and 4 tokens a request at batch 8 and 16 2-5% faster; the rest equal.
+  // Splits of one block, which had nothing to overlap, were at two per SM already.
   const bool splits_hold_one_block = max_union <= c.num_splits;
   if (decode_like && units * c.num_splits <= multiprocessor_count(args.device_index) &&
-      !splits_hold_one_block && tuning_override("FLASHMSA_TUNE_DEEP_PIPELINE", 1, 0, 1) != 0) {
+      !splits_hold_one_block && tuning_override("FLASHMSA_TUNE_DEEP_PIPELINE", 0, 0, 1) != 0) {
     c.ctas_per_sm = 1;
     if (!clusters_resident(c)) c.ctas_per_sm = 2;
   }

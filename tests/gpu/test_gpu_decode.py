@@ -88,6 +88,19 @@ def test_decode_one_token_group_sizes(heads, batch):
     check_gpu_result(case, run_gpu(case))
 
 
+# Decode grids that fit one CTA per SM ran it with three stages and pushed their split partials
+# at one CTA per SM until the fourteenth session measured two per SM faster (launch.cu); the
+# measurement override FLASHMSA_TUNE_DEEP_PIPELINE=1 keeps that path, for the one-token kernel
+# (test_gpu_one_token.py's reduction paths) and, here, for the one-consumer kernel of requests
+# of 2 and 4 rows (batch 3: 6 and 5 splits of each tile's union in a cluster, pushed).
+@pytest.mark.parametrize("qlen", [2, 4])
+def test_decode_deep_pipeline_override(qlen, monkeypatch):
+    monkeypatch.setenv("FLASHMSA_TUNE_DEEP_PIPELINE", "1")
+    case = decode_case(3, qlen, torch.bfloat16, seed=111 + qlen)
+    case.name = f"decode-deep-pipeline-b3-q{qlen}"
+    check_gpu_result(case, run_gpu(case))
+
+
 @pytest.mark.parametrize("view", ["packed", "nhd"])
 def test_decode_cache_views(view):
     """vLLM's packed K|V cache and an NHD cache, both read in place, equal the contiguous cache
