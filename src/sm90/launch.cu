@@ -146,6 +146,7 @@ struct TileConfig {
 // (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS, FLASHMSA_TUNE_TILES_OUTER,
 // FLASHMSA_TUNE_EVICT_FIRST, FLASHMSA_TUNE_SPECULATE and FLASHMSA_TUNE_DEEP_PIPELINE (0 or 1),
 // FLASHMSA_TUNE_ONE_TOKEN (0: never the one-token kernel, 2: also for up to 8 rows a request),
+// FLASHMSA_TUNE_DECODE_LIKE (1: the one-consumer decode shape for any call),
 // FLASHMSA_TUNE_CTAS_PER_SM (1: one decode CTA per SM, deep pipeline, whatever the grid),
 // FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFILL_STAGES
 // (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
@@ -216,7 +217,10 @@ TileConfig tile_config(const flashmsa_args& args) {
   c.one_token_kernel =
       one_token_shape && ((one_token_mode >= 1 && args.total_q == args.batch_size) ||
                           (one_token_mode == 2 && args.total_q <= 8 * args.batch_size));
-  const bool decode_like = args.total_q <= args.batch_size * rows_tokens || c.one_token_kernel;
+  // FLASHMSA_TUNE_DECODE_LIKE=1 (a measurement): the one-consumer shape for any call, its tiles
+  // one warpgroup's tokens (multi-token prediction of 8 tokens: two tiles a request).
+  const bool decode_like = args.total_q <= args.batch_size * rows_tokens || c.one_token_kernel ||
+                           tuning_override("FLASHMSA_TUNE_DECODE_LIKE", 0, 0, 1) == 1;
   c.num_consumer_warpgroups = decode_like ? 1 : 2;
   c.ctas_per_sm = decode_like ? 2 : 1;
   c.tokens_per_warpgroup =
@@ -230,11 +234,22 @@ TileConfig tile_config(const flashmsa_args& args) {
   c.max_tiles = c.one_token_kernel ? args.total_q : query_tiles + args.batch_size + 2;
   // Decode: too few (tile, head) units to fill the machine's CTA slots. Split each tile's blocks
   // over num_splits CTAs (at least one block each) and merge the partials; skip it when the
-  // grid is already (nearly) full. Each tile holds at least one token, hence the min.
-  const int64_t units = std::min(query_tiles + args.batch_size, args.total_q) *
-                        args.num_kv_heads * c.num_head_chunks;
-  const int64_t slots = multiprocessor_count(args.device_index) * c.ctas_per_sm;
+  // grid is already (nearly) full. The units are counted as the call most likely has them:
+  // where every request may hold the same number of rows r (total_q = B x r: decode batches,
+  // multi-token prediction) they most likely do, and then there are B x ceil(r / T) tiles, where
+  // the grid's bound (ceil(total_q / T) + B, each tile at least one token) is up to twice that.
+  // The split count only sets the speed, and is still derived from shapes alone. Measured
+  // (H200, two-consumer kernel, 8 tokens a request, docs/performance.md): batch 4 8 splits 48.4
+  // us (the bound's 4: 57.6), batch 8 4 splits 73.5 (2: 93.3), batch 12 2 splits 106.9 (1:
+  // 161.0), batch 16 2 splits 128.1 (1: 162.5).
   const int64_t tokens_per_request = std::max<int64_t>(1, args.total_q / args.batch_size);
+  const bool rows_may_be_uniform = args.total_q % args.batch_size == 0;
+  const int64_t likely_tiles =
+      rows_may_be_uniform
+          ? args.batch_size * ((tokens_per_request + c.tokens_per_tile - 1) / c.tokens_per_tile)
+          : std::min(query_tiles + args.batch_size, args.total_q);
+  const int64_t units = likely_tiles * args.num_kv_heads * c.num_head_chunks;
+  const int64_t slots = multiprocessor_count(args.device_index) * c.ctas_per_sm;
   const int64_t max_union = std::min<int64_t>(c.tokens_per_tile, tokens_per_request) * topk;
   // Measured on the H200 (docs/performance.md): an extra split costs more than it gains once the
   // grid holds about one CTA per slot (batch 64: 1 split 75-79 us, 2 splits 85 us).

@@ -88,6 +88,19 @@ def test_decode_one_token_group_sizes(heads, batch):
     check_gpu_result(case, run_gpu(case))
 
 
+# The launch picks the split count for the tiles a call most likely has: B x ceil(r / T) when
+# total_q = B x r (launch.cu). Requests of unequal rows with such a total have more tiles (up to
+# the grid's bound), so they run with more CTAs than the count assumed: still every tile, once.
+@pytest.mark.parametrize("qlens", [[1, 15, 8, 8], [3, 1, 2, 2], [0, 16, 5, 11]],
+                         ids=["total-32", "total-8", "total-32-empty"])
+def test_decode_unequal_rows_with_uniform_total(qlens):
+    lengths = [30000, 4097, 129, 9000]
+    case = make_case(f"decode-unequal-rows-{'-'.join(map(str, qlens))}", qlens, lengths,
+                     HEADS["num_qo_heads"], HEADS["num_kv_heads"], HEADS["topk"], True,
+                     seed=121 + sum(qlens), layout="paged")
+    check_gpu_result(case, run_gpu(case))
+
+
 # Decode grids that fit one CTA per SM ran it with three stages and pushed their split partials
 # at one CTA per SM until the fourteenth session measured two per SM faster (launch.cu); the
 # measurement override FLASHMSA_TUNE_DEEP_PIPELINE=1 keeps that path, for the one-token kernel
