@@ -263,6 +263,12 @@ TileConfig tile_config(const flashmsa_args& args) {
   const int32_t most_splits = static_cast<int32_t>(
       decode_like ? std::min<int64_t>(sm90::kMaxClusterSplits, most) : most);
   c.num_splits = std::min(c.num_splits, most_splits);
+  // The two-consumer kernel's splits each plan their tile's whole union block-wide (about 10 us
+  // at 8 tokens a request) and merge through the workspace, so splits past 16 add CTAs that
+  // mostly plan. Measured (H200, batch 1, 8 tokens a request, docs/performance.md): 16 splits
+  // 28.3 us, 33 splits 34.5.
+  constexpr int32_t kMostTwoConsumerSplits = 16;
+  if (!decode_like) c.num_splits = std::min(c.num_splits, kMostTwoConsumerSplits);
   // All of a decode call's clusters must be resident at once: a second wave pays planning and
   // a whole slice again (measured: batch 16 with clusters of 4 took 38 us, of 2 27.6 us).
   auto clusters_resident = [&](const TileConfig& config) {
