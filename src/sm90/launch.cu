@@ -282,8 +282,9 @@ TileConfig tile_config(const flashmsa_args& args) {
     while (!clusters_resident(c)) --c.num_splits;
     // Where the units fit one CTA per SM, take the most splits that still do: more splits
     // measured slower, although two CTAs per SM would hold them. Measured (H200, one-token
-    // decode consumer, docs/performance.md): batch 8 4 splits 13.3-14.0 us on rotating inputs
-    // (8: 17.5), batch 16 2 splits 21.3-22.7 us (4: 25.7), batch 32 1 split 39.4 us (2: 42.3).
+    // decode consumer, docs/performance.md; the default then ran the deep pipeline below):
+    // batch 8 4 splits 13.3-14.0 us on rotating inputs (8: 17.5), batch 16 2 splits 21.3-22.7
+    // us (4: 25.7), batch 32 1 split 39.4 us (2: 42.3).
     const int64_t splits_one_cta_per_sm =
         units > 0 ? multiprocessor_count(args.device_index) / units : 0;
     if (splits_one_cta_per_sm >= 1) {

@@ -105,10 +105,12 @@ def test_decode_unequal_rows_with_uniform_total(qlens):
 # at one CTA per SM until the fourteenth session measured two per SM faster (launch.cu); the
 # measurement override FLASHMSA_TUNE_DEEP_PIPELINE=1 keeps that path, for the one-token kernel
 # (test_gpu_one_token.py's reduction paths) and, here, for the one-consumer kernel of requests
-# of 2 and 4 rows (batch 3: 6 and 5 splits of each tile's union in a cluster, pushed).
+# of 2 and 4 rows: batch 3 with 4 splits, 12 clusters of 4 CTAs at one CTA per SM, pushed (the
+# launch falls back to two CTAs per SM where its clusters would not all be resident).
 @pytest.mark.parametrize("qlen", [2, 4])
 def test_decode_deep_pipeline_override(qlen, monkeypatch):
     monkeypatch.setenv("FLASHMSA_TUNE_DEEP_PIPELINE", "1")
+    monkeypatch.setenv("FLASHMSA_TUNE_SPLITS", "4")
     case = decode_case(3, qlen, torch.bfloat16, seed=111 + qlen)
     case.name = f"decode-deep-pipeline-b3-q{qlen}"
     check_gpu_result(case, run_gpu(case))
