@@ -122,9 +122,10 @@ def decode_tuning_sweep(settings=None):
     docs/performance.md records the earlier sweeps."""
     cases = ((1, 1, 32768), (8, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768),
              (64, 1, 131072), (32, 8, 32768))
-    # TUNE_CASES="1x1,16x1" sweeps only those (batch x tokens, KV 32768).
+    # TUNE_CASES="1x1,16x1,128x8x1000" sweeps only those (batch x tokens [x KV length, 32768
+    # when left out]).
     if os.environ.get("TUNE_CASES"):
-        cases = tuple((*(int(n) for n in case.split("x")), 32768)
+        cases = tuple((*(int(n) for n in case.split("x")), 32768)[:3]
                       for case in os.environ["TUNE_CASES"].split(","))
     settings = list(settings or [("FLASHMSA_TUNE_STAGES", "2"), ("FLASHMSA_TUNE_SPLITS", "1"),
                                  ("FLASHMSA_TUNE_SPLITS", "4"),
