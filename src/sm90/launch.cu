@@ -196,6 +196,13 @@ int max_active_decode_clusters(int device, bool one_token_kernel, uint32_t share
   return clusters;
 }
 
+// The rows every request holds when they may all hold the same number (total_q = B x r: decode
+// batches, multi-token prediction), else 0. The host cannot know that they do (cu_seqlens_q is
+// on the device): the split count assumes it, and warp planning guesses tiles from it.
+int64_t uniform_rows_per_request(const flashmsa_args& args) {
+  return args.total_q % args.batch_size == 0 ? args.total_q / args.batch_size : 0;
+}
+
 TileConfig tile_config(const flashmsa_args& args) {
   TileConfig c;
   const int32_t group_size = static_cast<int32_t>(args.num_qo_heads / args.num_kv_heads);
@@ -243,32 +250,32 @@ TileConfig tile_config(const flashmsa_args& args) {
   // us (the bound's 4: 57.6), batch 8 4 splits 73.5 (2: 93.3), batch 12 2 splits 106.9 (1:
   // 161.0), batch 16 2 splits 128.1 (1: 162.5).
   const int64_t tokens_per_request = std::max<int64_t>(1, args.total_q / args.batch_size);
-  const bool rows_may_be_uniform = args.total_q % args.batch_size == 0;
+  const int64_t uniform_rows = uniform_rows_per_request(args);
   const int64_t likely_tiles =
-      rows_may_be_uniform
-          ? args.batch_size * ((tokens_per_request + c.tokens_per_tile - 1) / c.tokens_per_tile)
+      uniform_rows > 0
+          ? args.batch_size * ((uniform_rows + c.tokens_per_tile - 1) / c.tokens_per_tile)
           : std::min(query_tiles + args.batch_size, args.total_q);
   const int64_t units = likely_tiles * args.num_kv_heads * c.num_head_chunks;
   const int64_t slots = multiprocessor_count(args.device_index) * c.ctas_per_sm;
   const int64_t max_union = std::min<int64_t>(c.tokens_per_tile, tokens_per_request) * topk;
   // Measured on the H200 (docs/performance.md): an extra split costs more than it gains once the
   // grid holds about one CTA per slot (batch 64: 1 split 75-79 us, 2 splits 85 us).
-  c.num_splits = 1;
+  // The most splits a launch can run (FLASHMSA_TUNE_SPLITS's range): one block each, the merge
+  // kernel's limit, and for decode, which combines its splits inside a thread-block cluster (no
+  // merge kernel, no workspace), the largest cluster Hopper allows.
   const int64_t most = std::max<int64_t>(1, std::min<int64_t>(max_union, sm90::kMaxMergeSplits));
-  if (units > 0 && units * 10 < slots * 9) {
-    c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(slots / units, 1, most));
-  }
-  // Decode combines its splits inside a thread-block cluster (no merge kernel, no workspace),
-  // which caps them at the largest cluster Hopper allows.
   const int32_t most_splits = static_cast<int32_t>(
       decode_like ? std::min<int64_t>(sm90::kMaxClusterSplits, most) : most);
-  c.num_splits = std::min(c.num_splits, most_splits);
-  // The two-consumer kernel's splits each plan their tile's whole union block-wide (about 10 us
-  // at 8 tokens a request) and merge through the workspace, so splits past 16 add CTAs that
-  // mostly plan. Measured (H200, batch 1, 8 tokens a request, docs/performance.md): 16 splits
-  // 28.3 us, 33 splits 34.5.
-  constexpr int32_t kMostTwoConsumerSplits = 16;
-  if (!decode_like) c.num_splits = std::min(c.num_splits, kMostTwoConsumerSplits);
+  // The heuristic stops at 16 for the two-consumer kernel too: its splits each plan their
+  // tile's whole union block-wide (about 10 us at 8 tokens a request), so splits past 16 add
+  // CTAs that mostly plan. Measured (H200, batch 1, 8 tokens a request, docs/performance.md):
+  // 16 splits 28.3 us, 33 splits 34.5.
+  constexpr int64_t kMostChosenSplits = 16;
+  c.num_splits = 1;
+  if (units > 0 && units * 10 < slots * 9) {
+    c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(
+        slots / units, 1, std::min<int64_t>(most_splits, kMostChosenSplits)));
+  }
   // All of a decode call's clusters must be resident at once: a second wave pays planning and
   // a whole slice again (measured: batch 16 with clusters of 4 took 38 us, of 2 27.6 us).
   auto clusters_resident = [&](const TileConfig& config) {
@@ -477,9 +484,8 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.cluster_reduce = tiles.cluster_reduce;
   p.push_reduce = tiles.push_reduce;
   p.num_consumer_warpgroups = tiles.num_consumer_warpgroups;
-  p.uniform_rows = args.total_q % args.batch_size == 0 && args.total_q <= INT32_MAX
-                       ? static_cast<int32_t>(args.total_q / args.batch_size)
-                       : 0;
+  p.uniform_rows =
+      args.total_q <= INT32_MAX ? static_cast<int32_t>(uniform_rows_per_request(args)) : 0;
   p.warp_planning = warp_plan_kind(args, tiles);
   p.speculate_first_block = tuning_override("FLASHMSA_TUNE_SPECULATE", 1, 0, 1);
   p.tiles_outer = tiles.tiles_outer;
