@@ -147,6 +147,7 @@ struct TileConfig {
 // FLASHMSA_TUNE_EVICT_FIRST, FLASHMSA_TUNE_SPECULATE and FLASHMSA_TUNE_DEEP_PIPELINE (0 or 1),
 // FLASHMSA_TUNE_ONE_TOKEN (0: never the one-token kernel, 2: also for up to 8 rows a request),
 // FLASHMSA_TUNE_DECODE_LIKE (1: the one-consumer decode shape for any call),
+// FLASHMSA_TUNE_THROTTLE (1, 2: fewer K/V loads in flight per CTA, producer.cuh),
 // FLASHMSA_TUNE_CTAS_PER_SM (1: one decode CTA per SM, deep pipeline, whatever the grid),
 // FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFILL_STAGES
 // (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
@@ -496,6 +497,10 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.head_chunks_divisor = fast_divisor(static_cast<uint32_t>(tiles.num_head_chunks));
   p.kv_cache_hint = tiles.kv_evict_first ? sm90::kCacheHintEvictFirst : sm90::kCacheHintEvictNormal;
   p.smem_layout = smem_layout(args, tiles);
+  // Rings of one stage serialise their loads already (and the throttle's wait needs two).
+  p.inflight_throttle = p.smem_layout.num_stages >= 2
+                            ? tuning_override("FLASHMSA_TUNE_THROTTLE", 0, 0, 2)
+                            : 0;
 
   constexpr double kLog2e = 1.4426950408889634;
   p.scale_log2 = static_cast<float>(static_cast<double>(args.softmax_scale) *

@@ -91,6 +91,10 @@ struct RingCursor {
       phase ^= 1u;
     }
   }
+  // The slot one step back (derived, so that a loop need not carry a second cursor).
+  __device__ __forceinline__ RingCursor previous(int num_stages) const {
+    return stage == 0 ? RingCursor{num_stages - 1, phase ^ 1u} : RingCursor{stage - 1, phase};
+  }
 };
 
 // Where one of the warpgroup's 64 rows comes from.

@@ -126,12 +126,20 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
     if (holds) mbarrier_arrive(&header.v_full[0]);
     first_step = holds ? 1 : 0;
   }
+  // The throttle (a measurement: SMs with more than 64 KiB in flight get unequal shares of the
+  // DRAM bandwidth, docs/performance.md) waits for step i - 1's operands to land. Its stage's
+  // next phase needs step i - 1 + num_stages >= i + 1, not issued yet, so the parity wait cannot
+  // miss a phase; with one stage it could, and the launch leaves the throttle off there.
+  // (Read from the parameter block at each use: the producer warpgroup has 24 registers.)
   RingCursor ring;
   if (first_step == 1) ring.advance(num_stages);
   for (int i = first_step; i < steps; ++i, ring.advance(num_stages)) {
     const int32_t coord = smem.union_coords()[plan.slice_begin + i];  // flat: row; paged: page
+    const RingCursor last = ring.previous(num_stages);  // step i - 1's slot (i > 0)
+    if (p.inflight_throttle >= 2 && i > 0) mbarrier_wait(&header.v_full[last.stage], last.phase);
     load(false, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstKIssued);
+    if (p.inflight_throttle >= 1 && i > 0) mbarrier_wait(&header.k_full[last.stage], last.phase);
     load(true, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstIssued);
   }

@@ -116,6 +116,18 @@ def test_decode_deep_pipeline_override(qlen, monkeypatch):
     check_gpu_result(case, run_gpu(case))
 
 
+# FLASHMSA_TUNE_THROTTLE (a measurement, producer.cuh) issues a block's operands only once the
+# previous block's have landed: multi-token prediction on the two-consumer kernel (two stages),
+# batch 3 (eleven splits of a few blocks each) and 64 (one split, whole unions).
+@pytest.mark.parametrize("batch", [3, 64])
+@pytest.mark.parametrize("throttle", ["1", "2"])
+def test_decode_inflight_throttle(throttle, batch, monkeypatch):
+    monkeypatch.setenv("FLASHMSA_TUNE_THROTTLE", throttle)
+    case = decode_case(batch, 8, torch.bfloat16, seed=131 + batch + int(throttle))
+    case.name = f"decode-throttle-{throttle}-b{batch}-q8"
+    check_gpu_result(case, run_gpu(case))
+
+
 @pytest.mark.parametrize("view", ["packed", "nhd"])
 def test_decode_cache_views(view):
     """vLLM's packed K|V cache and an NHD cache, both read in place, equal the contiguous cache
