@@ -118,13 +118,19 @@ def test_decode_deep_pipeline_override(qlen, monkeypatch):
 
 # FLASHMSA_TUNE_THROTTLE (a measurement, producer.cuh) issues a block's operands only once the
 # previous block's have landed: multi-token prediction on the two-consumer kernel (two stages),
-# batch 3 (eleven splits of a few blocks each) and 64 (one split, whole unions).
-@pytest.mark.parametrize("batch", [3, 64])
+# batch 3 (eleven splits of a few blocks each) and 64 (one split, whole unions), and the
+# one-token kernel at batch 16 on the deep pipeline (two splits, three stages, pushed).
+THROTTLED = {"mtp-b3": (3, 8, "0"), "mtp-b64": (64, 8, "0"), "one-token-b16-deep": (16, 1, "1")}
+
+
+@pytest.mark.parametrize("shape", sorted(THROTTLED))
 @pytest.mark.parametrize("throttle", ["1", "2"])
-def test_decode_inflight_throttle(throttle, batch, monkeypatch):
+def test_decode_inflight_throttle(throttle, shape, monkeypatch):
+    batch, qlen, deep_pipeline = THROTTLED[shape]
     monkeypatch.setenv("FLASHMSA_TUNE_THROTTLE", throttle)
-    case = decode_case(batch, 8, torch.bfloat16, seed=131 + batch + int(throttle))
-    case.name = f"decode-throttle-{throttle}-b{batch}-q8"
+    monkeypatch.setenv("FLASHMSA_TUNE_DEEP_PIPELINE", deep_pipeline)
+    case = decode_case(batch, qlen, torch.bfloat16, seed=131 + batch + qlen + int(throttle))
+    case.name = f"decode-throttle-{throttle}-{shape}"
     check_gpu_result(case, run_gpu(case))
 
 
