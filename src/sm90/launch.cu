@@ -134,6 +134,7 @@ struct TileConfig {
   bool push_reduce = false;  // params.h (smem_layout reads it before tile_config sets it)
   bool tiles_outer;      // params.h
   bool kv_evict_first;   // L2 policy of the K/V loads
+  int32_t inflight_throttle = 0;  // params.h (make_prefill_params applies it to rings of 2+ stages)
   // The one-token decode kernel (decode_kernel.cuh) instead of prefill_kernel: one CTA per
   // (query row, KV head, split).
   bool one_token_kernel = false;
@@ -147,7 +148,7 @@ struct TileConfig {
 // FLASHMSA_TUNE_EVICT_FIRST, FLASHMSA_TUNE_SPECULATE and FLASHMSA_TUNE_DEEP_PIPELINE (0 or 1),
 // FLASHMSA_TUNE_ONE_TOKEN (0: never the one-token kernel, 2: also for up to 8 rows a request),
 // FLASHMSA_TUNE_DECODE_LIKE (1: the one-consumer decode shape for any call),
-// FLASHMSA_TUNE_THROTTLE (1, 2: fewer K/V loads in flight per CTA, producer.cuh),
+// FLASHMSA_TUNE_THROTTLE (0, 1, 2: K/V loads in flight per CTA, producer.cuh),
 // FLASHMSA_TUNE_CTAS_PER_SM (1: one decode CTA per SM, deep pipeline, whatever the grid),
 // FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFILL_STAGES
 // (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
@@ -345,6 +346,15 @@ TileConfig tile_config(const flashmsa_args& args) {
   c.push_reduce = c.cluster_reduce && receive_buffer_fits &&
                   c.heads_per_chunk <= sm90::kDecodeRows &&
                   tuning_override("FLASHMSA_TUNE_PUSH", 1, 0, 1) != 0;
+  // Multi-token prediction (every request's rows one two-consumer tile) streams whole unions at
+  // one CTA per SM through rings of two stages, 128 KiB in flight per SM, where the SMs' shares of
+  // the DRAM bandwidth turn unequal and the call ends with the slowest. The producer then issues
+  // a block's K only once the previous block's V has landed (throttle 2: 64 KiB in flight).
+  // Measured on rotating inputs (H200, 8 tokens a request, docs/performance.md): batch 8 72.2 us
+  // against 73.6, batch 32 217.2 against 221.0-221.5, batch 64 424.9 against 429.6, batch 128
+  // equal. Prefill tiles (requests of several tiles) keep their rings unthrottled.
+  const bool one_tile_per_request = uniform_rows > 0 && uniform_rows <= c.tokens_per_tile;
+  c.inflight_throttle = !decode_like && one_tile_per_request ? 2 : 0;
   c.tiles_outer = tuning_override("FLASHMSA_TUNE_TILES_OUTER", decode_like, 0, 1) != 0;
   c.kv_evict_first = tuning_override("FLASHMSA_TUNE_EVICT_FIRST", decode_like, 0, 1) != 0;
   return c;
@@ -498,9 +508,10 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.kv_cache_hint = tiles.kv_evict_first ? sm90::kCacheHintEvictFirst : sm90::kCacheHintEvictNormal;
   p.smem_layout = smem_layout(args, tiles);
   // Rings of one stage serialise their loads already (and the throttle's wait needs two).
-  p.inflight_throttle = p.smem_layout.num_stages >= 2
-                            ? tuning_override("FLASHMSA_TUNE_THROTTLE", 0, 0, 2)
-                            : 0;
+  p.inflight_throttle =
+      p.smem_layout.num_stages >= 2
+          ? tuning_override("FLASHMSA_TUNE_THROTTLE", tiles.inflight_throttle, 0, 2)
+          : 0;
 
   constexpr double kLog2e = 1.4426950408889634;
   p.scale_log2 = static_cast<float>(static_cast<double>(args.softmax_scale) *

@@ -66,9 +66,10 @@ struct PrefillParams {
   // cta_work's divisors: max_tiles, num_kv_heads * num_head_chunks, num_head_chunks.
   FastDivisor tiles_divisor, columns_divisor, head_chunks_divisor;
   uint64_t kv_cache_hint;  // L2 policy of the K/V loads (producer.cuh)
-  // Measurement override FLASHMSA_TUNE_THROTTLE (producer.cuh: produce): 0 lets the rings alone
-  // bound the loads in flight; 1 issues V(i) once K(i - 1) has landed, 2 also K(i) once V(i - 1)
-  // has (at most three or two 32 KiB operands in flight per CTA). 0 for rings of one stage.
+  // Loads in flight (producer.cuh: produce): 0 lets the rings alone bound them; 1 issues V(i)
+  // once K(i - 1) has landed, 2 also K(i) once V(i - 1) has (at most three or two 32 KiB
+  // operands in flight per CTA). The launch gives multi-token prediction 2 (launch.cu), the
+  // rest 0, and rings of one stage always 0; FLASHMSA_TUNE_THROTTLE overrides it.
   int32_t inflight_throttle;
 
   // KV split: num_splits CTAs share each tile's union of blocks. Decode launches run them as
