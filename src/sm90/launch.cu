@@ -348,13 +348,16 @@ TileConfig tile_config(const flashmsa_args& args) {
                   tuning_override("FLASHMSA_TUNE_PUSH", 1, 0, 1) != 0;
   // Multi-token prediction (every request's rows one two-consumer tile) streams whole unions at
   // one CTA per SM through rings of two stages, 128 KiB in flight per SM, where the SMs' shares of
-  // the DRAM bandwidth turn unequal and the call ends with the slowest. The producer then issues
-  // a block's K only once the previous block's V has landed (throttle 2: 64 KiB in flight).
-  // Measured on rotating inputs (H200, 8 tokens a request, docs/performance.md): batch 8 72.2 us
-  // against 73.6, batch 32 217.2 against 221.0-221.5, batch 64 424.9 against 429.6, batch 128
-  // equal. Prefill tiles (requests of several tiles) keep their rings unthrottled.
+  // the DRAM bandwidth turn unequal; where the grid is one wave, the call ends with its slowest
+  // CTA. The producer there issues a block's K only once the previous block's V has landed
+  // (throttle 2: 64 KiB in flight). Grids of several waves balance themselves (a freed SM takes
+  // the next CTA) and only lose by it. Measured (H200, 8 tokens a request, docs/performance.md):
+  // batch 32 218.6-220.0 us against 219.7-220.9 (benchmark), decode-suite rows at batch 8 and 32
+  // 1-2% faster at KV 50000-200000, at batch 64 and 128 (two and four waves) up to 1.7% slower.
+  // Prefill tiles (requests of several tiles) keep their rings unthrottled.
   const bool one_tile_per_request = uniform_rows > 0 && uniform_rows <= c.tokens_per_tile;
-  c.inflight_throttle = !decode_like && one_tile_per_request ? 2 : 0;
+  const bool one_wave = units * c.num_splits <= multiprocessor_count(args.device_index);
+  c.inflight_throttle = !decode_like && one_tile_per_request && one_wave ? 2 : 0;
   c.tiles_outer = tuning_override("FLASHMSA_TUNE_TILES_OUTER", decode_like, 0, 1) != 0;
   c.kv_evict_first = tuning_override("FLASHMSA_TUNE_EVICT_FIRST", decode_like, 0, 1) != 0;
   return c;
