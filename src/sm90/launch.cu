@@ -154,8 +154,8 @@ struct TileConfig {
 // (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
 // cluster reductions pull instead of push), FLASHMSA_TUNE_CLUSTER (0: decode splits merge
 // through the workspace instead of their cluster), FLASHMSA_TUNE_SORTED_WARP_PLAN (0: the
-// two-consumer kernel plans block-wide, warp_plan_kind). Unset, or not a number in
-// [minimum, maximum], leaves the heuristic's value.
+// two-consumer kernel plans block-wide, 2: its warp plan sorts, warp_plan_kind). Unset, or not
+// a number in [minimum, maximum], leaves the heuristic's value.
 int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_t maximum) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return value;
@@ -364,13 +364,17 @@ TileConfig tile_config(const flashmsa_args& args) {
 }
 
 // Tiles of at most 128 candidates plan in one warp (params.h): decode launches in entry order,
-// the two-consumer kernel sorted. FLASHMSA_TUNE_SORTED_WARP_PLAN=0 (a measurement) gives the
-// two-consumer kernel the block-wide plan (planning.cuh) instead.
+// the two-consumer kernel ascending, through a bitmap of the request's blocks
+// (warp_planning.cuh). FLASHMSA_TUNE_SORTED_WARP_PLAN (measurements) gives the two-consumer
+// kernel the block-wide plan (planning.cuh) at 0, the warp plan's sorting network at 2.
 int32_t warp_plan_kind(const flashmsa_args& args, const TileConfig& c) {
   if (c.tokens_per_tile * args.topk > sm90::kWarpPlanMaxEntries) return sm90::kWarpPlanNone;
   if (c.num_consumer_warpgroups == 1) return sm90::kWarpPlanEntryOrder;
-  return tuning_override("FLASHMSA_TUNE_SORTED_WARP_PLAN", 1, 0, 1) != 0 ? sm90::kWarpPlanSorted
-                                                                          : sm90::kWarpPlanNone;
+  switch (tuning_override("FLASHMSA_TUNE_SORTED_WARP_PLAN", 1, 0, 2)) {
+    case 0: return sm90::kWarpPlanNone;
+    case 2: return sm90::kWarpPlanSorted;
+    default: return sm90::kWarpPlanBitmap;
+  }
 }
 
 // Shared memory: Q buffer(s), then the K and V rings with as many stages as fit, then the

@@ -12,7 +12,8 @@
 namespace flashmsa::sm90 {
 
 // PrefillParams::warp_planning.
-constexpr int32_t kWarpPlanNone = 0, kWarpPlanEntryOrder = 1, kWarpPlanSorted = 2;
+constexpr int32_t kWarpPlanNone = 0, kWarpPlanEntryOrder = 1, kWarpPlanSorted = 2,
+                  kWarpPlanBitmap = 3;
 
 struct PrefillParams {
   // K and V as TMA tensors: flat (head_dim, total_k, Hkv), paged (head_dim, 128, Hkv,
@@ -48,10 +49,12 @@ struct PrefillParams {
   // decode batches), else 0: warp planning guesses the tile's rows from it (warp_planning.cuh).
   int32_t uniform_rows;
   // Tiles of at most 128 candidates plan in one warp (warp_planning.cuh): decode launches (one
-  // consumer warpgroup) in entry order (kWarpPlanEntryOrder), the two-consumer kernel sorted
-  // (kWarpPlanSorted), which keeps the concurrent prefill tiles of one head walking their
-  // blocks in the same order (entry order measured 5-10% slower on M3 prefill:
-  // docs/performance.md). Larger tiles plan with every thread, sorted (planning.cuh); 0.
+  // consumer warpgroup) in entry order (kWarpPlanEntryOrder), the two-consumer kernel ascending
+  // by block (kWarpPlanBitmap: through a bitmap of the request's blocks, or a sorting network
+  // where they do not fit it; kWarpPlanSorted: always the network), which keeps the concurrent
+  // prefill tiles of one head walking their blocks in the same order (entry order measured
+  // 5-10% slower on M3 prefill: docs/performance.md). Larger tiles plan with every thread,
+  // sorted (planning.cuh); 0.
   int32_t warp_planning;
   // Whether warp planning loads its slice's probable first block before the plan is done
   // (warp_planning.cuh; 1 unless FLASHMSA_TUNE_SPECULATE=0 turns it off for a measurement).

@@ -35,7 +35,7 @@ __device__ __forceinline__ bool plans_in_one_warp(const PrefillParams& p) {
 
 // Launch-uniform: whether that plan is sorted (the two-consumer kernel: plan_tile_sorted_in_warp).
 __device__ __forceinline__ bool sorts_in_one_warp(const PrefillParams& p) {
-  return p.warp_planning == kWarpPlanSorted;
+  return p.warp_planning == kWarpPlanSorted || p.warp_planning == kWarpPlanBitmap;
 }
 
 // A tile's index entries as warp 0 holds them, round-major: lane l has entries l, 32 + l,
@@ -460,6 +460,61 @@ __device__ inline SpeculativeLoad speculate_lowest_block(const PrefillParams& p,
   return load;
 }
 
+// The ascending union of the entries that count (coord >= 0) through a bitmap of the request's
+// blocks instead of a sorting network: each entry sets its block's bit, a warp scan counts the
+// bits of the words below each word, and an entry's union slot is that count plus the bits
+// below its own in its word. Same union, same order and same masks as the sort (duplicates of a
+// block store the same block and coordinate to the same slot), in a few shared-memory
+// operations per entry instead of the network's 28 dependent exchange steps. The bitmap and
+// the counts live in the cached page-table row, which rule 2 was the last to read. `words`
+// (ceil(blocks / 32) for the request's blocks) must be at most kUnionBitmapMaxWords.
+constexpr int kUnionBitmapMaxWords = kPageRowCapacity / 2;  // the bitmap, then its counts
+
+__device__ __forceinline__ int ascending_union_by_bitmap(const Smem& smem,
+                                                         const WarpEntries& entries,
+                                                         const int (&token)[kEntryRounds],
+                                                         const int32_t (&coord)[kEntryRounds],
+                                                         int words) {
+  const int lane = threadIdx.x % 32;
+  uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem.page_row());
+  int32_t* blocks_below = smem.page_row() + words;  // union blocks in the words below word w
+  __syncwarp();  // every lane's rule-2 reads of the page row are done
+#pragma unroll 1
+  for (int w = lane; w < words; w += 32) bitmap[w] = 0u;
+  __syncwarp();
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) {
+    if (coord[r] >= 0) atomicOr(&bitmap[entries.block[r] / 32], 1u << (entries.block[r] % 32));
+  }
+  __syncwarp();
+  int union_size = 0;
+#pragma unroll 1
+  for (int first = 0; first < words; first += 32) {  // warp-uniform: words is the tile's
+    const int w = first + lane;
+    const int count = w < words ? __popc(bitmap[w]) : 0;
+    int inclusive = count;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= offset) inclusive += other;
+    }
+    if (w < words) blocks_below[w] = union_size + inclusive - count;
+    union_size += __shfl_sync(0xffffffffu, inclusive, 31);
+  }
+  __syncwarp();
+#pragma unroll
+  for (int r = 0; r < kEntryRounds; ++r) {
+    if (coord[r] < 0) continue;
+    const int32_t block = entries.block[r];
+    const uint32_t below = bitmap[block / 32] & ((1u << (block % 32)) - 1u);
+    const int slot = blocks_below[block / 32] + __popc(below);
+    smem.union_blocks()[slot] = block;
+    smem.union_coords()[slot] = coord[r];
+    atomicOr(&smem.token_mask(slot)[token[r] / 32], 1u << (token[r] % 32));
+  }
+  return union_size;
+}
+
 // The two-consumer kernel's plan in one warp (prefill tiles and multi-token prediction, at most
 // 128 candidates): the union of plan_union (planning.cuh), ascending by block, built in warp 0's
 // registers. It ends no sooner than plan_union (about 10-12 us at MTP: each CTA runs either
@@ -492,6 +547,17 @@ __device__ inline void plan_tile_sorted_in_warp(const PrefillParams& p, const Sm
   int token[kEntryRounds];
   int32_t coord[kEntryRounds];
   apply_entry_rules(p, smem, entries, kEntryRounds, page_row_length, token, coord);
+  // Every block that counts is below the request's key length (rule 2).
+  const int64_t words = (header.request_seqlen_k + 32 * kBlockSize - 1) / (32 * kBlockSize);
+  if (p.warp_planning == kWarpPlanBitmap && words <= kUnionBitmapMaxWords) {
+    FLASHMSA_MARK_BY(0, kMarkCandidates);
+    const int union_size =
+        ascending_union_by_bitmap(smem, entries, token, coord, static_cast<int>(words));
+    FLASHMSA_MARK_BY(0, kMarkSorted);
+    FLASHMSA_MARK_BY(0, kMarkCompacted);
+    if (lane == 0) header.union_size = union_size;
+    return;
+  }
   // An entry that counts gets a sort key with its block above its index, so the sort also
   // groups each block's entries.
   int64_t key[kEntryRounds];

@@ -62,12 +62,14 @@ def test_graph_replay_equals_eager(spec, scratch, dtype):
             assert_bitwise(case.name, f"{what} without vs with workspace", got, want)
 
 
-# Two-consumer tiles of at most 128 candidates plan sorted in one warp (warp_planning.cuh's
-# plan_tile_sorted_in_warp); FLASHMSA_TUNE_SORTED_WARP_PLAN=0 gives them the block-wide plan
-# (planning.cuh). Both must build the same union in the same order with the same token masks,
-# so the results are bitwise equal. (name, q lens, k lens, Hq, Hkv, topk, q_offset, layout,
-# garbage indices): M3 prefill and multi-token prediction (8 tokens x topk 16 = 128
-# candidates), ragged, with short and non-multiple-of-128 key lengths; 32-token tiles of topk 4
+# Two-consumer tiles of at most 128 candidates plan in one warp, ascending by block, through a
+# bitmap of the request's blocks (warp_planning.cuh's plan_tile_sorted_in_warp);
+# FLASHMSA_TUNE_SORTED_WARP_PLAN=2 gives them the warp's sorting network instead, =0 the
+# block-wide plan (planning.cuh). All three must build the same union in the same order with
+# the same token masks, so the results are bitwise equal. (name, q lens, k lens, Hq, Hkv, topk,
+# q_offset, layout, garbage indices): M3 prefill and multi-token prediction (8 tokens x topk 16
+# = 128 candidates), ragged, with short and non-multiple-of-128 key lengths; a request of
+# 140000 keys (a bitmap of 35 words: two rounds of the warp's count); 32-token tiles of topk 4
 # (token bits up to 31); the contract's worst index values.
 SORTED_PLAN_CASES = [
     ("m3_prefill_paged", [700], [3000], 64, 4, 16, None, "paged", False),
@@ -77,6 +79,7 @@ SORTED_PLAN_CASES = [
     ("g4_topk4_offset", [90, 40], [2600, 900], 16, 4, 4, [2000, 100], "paged", False),
     ("m3_mtp_speculation_misses", [8, 8, 8], [3000, 1284, 640], 64, 4, 16, None, "paged",
      False),
+    ("m3_mtp_long_request", [8, 8], [140000, 9000], 64, 4, 16, None, "paged", False),
 ]
 
 
@@ -110,8 +113,12 @@ def test_sorted_warp_plan_equals_block_wide_plan(spec, monkeypatch):
         assert bool(torch.isneginf(sorted_in_warp[1][rows]).all()), f"[{case.name}] lse not -inf"
     monkeypatch.setenv("FLASHMSA_TUNE_SPECULATE", "0")
     unspeculated = run_gpu(case)
+    monkeypatch.setenv("FLASHMSA_TUNE_SORTED_WARP_PLAN", "2")
+    network = run_gpu(case)
     monkeypatch.setenv("FLASHMSA_TUNE_SORTED_WARP_PLAN", "0")
     block_wide = run_gpu(case)
-    for what, a, b, c in zip(("out", "lse", "lse_t"), sorted_in_warp, unspeculated, block_wide):
-        assert_bitwise(case.name, f"sorted warp plan's {what} vs without speculation", a, b)
-        assert_bitwise(case.name, f"sorted warp plan's {what} vs the block-wide plan's", a, c)
+    for what, a, b, c, d in zip(("out", "lse", "lse_t"), sorted_in_warp, unspeculated, network,
+                                block_wide):
+        assert_bitwise(case.name, f"warp plan's {what} vs without speculation", a, b)
+        assert_bitwise(case.name, f"warp plan's {what} vs its sorting network's", a, c)
+        assert_bitwise(case.name, f"warp plan's {what} vs the block-wide plan's", a, d)
