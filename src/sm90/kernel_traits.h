@@ -126,6 +126,10 @@ constexpr int kPageRowLoadsPerThread = 8;
 constexpr int kPageRowCapacity = (kMaxThreads - 32) * kPageRowLoadsPerThread;
 constexpr int kWarpPlanMaxEntries = 128;  // four per lane of one warp
 constexpr uint32_t kWarpScratchBytes = (kPageRowCapacity + kWarpPlanMaxEntries) * 4;
+// Once rule 2 is done with the page-table row, the two-consumer warp plan keeps a bitmap of the
+// request's blocks there, then each word's count of the bits below it (warp_planning.cuh): so
+// at most this many words, for requests of at most 32 x kUnionBitmapMaxWords blocks.
+constexpr int kUnionBitmapMaxWords = kPageRowCapacity / 2;
 
 // Byte offsets from the 1024-aligned base of dynamic shared memory, computed by launch.cu.
 struct SmemLayout {

@@ -365,15 +365,21 @@ TileConfig tile_config(const flashmsa_args& args) {
 
 // Tiles of at most 128 candidates plan in one warp (params.h): decode launches in entry order,
 // the two-consumer kernel ascending, through a bitmap of the request's blocks
-// (warp_planning.cuh). FLASHMSA_TUNE_SORTED_WARP_PLAN (measurements) gives the two-consumer
+// (warp_planning.cuh), or through a sorting network where a request may have more blocks than
+// the bitmap holds (5.7M keys: only the table's width or the flat cache's rows bound a request's
+// length on the host). FLASHMSA_TUNE_SORTED_WARP_PLAN (measurements) gives the two-consumer
 // kernel the block-wide plan (planning.cuh) at 0, the warp plan's sorting network at 2.
 int32_t warp_plan_kind(const flashmsa_args& args, const TileConfig& c) {
   if (c.tokens_per_tile * args.topk > sm90::kWarpPlanMaxEntries) return sm90::kWarpPlanNone;
   if (c.num_consumer_warpgroups == 1) return sm90::kWarpPlanEntryOrder;
+  const int64_t bitmap_blocks = int64_t{32} * sm90::kUnionBitmapMaxWords;
+  const bool bitmap_holds_requests = args.is_paged
+                                         ? args.max_pages_per_request <= bitmap_blocks
+                                         : args.total_k <= bitmap_blocks * sm90::kBlockKeys;
   switch (tuning_override("FLASHMSA_TUNE_SORTED_WARP_PLAN", 1, 0, 2)) {
     case 0: return sm90::kWarpPlanNone;
     case 2: return sm90::kWarpPlanSorted;
-    default: return sm90::kWarpPlanBitmap;
+    default: return bitmap_holds_requests ? sm90::kWarpPlanBitmap : sm90::kWarpPlanSorted;
   }
 }
 

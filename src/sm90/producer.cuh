@@ -127,9 +127,10 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
     first_step = holds ? 1 : 0;
   }
   // The throttle (multi-token prediction's default, launch.cu: SMs with more than 64 KiB in
-  // flight get unequal shares of the DRAM bandwidth) waits for step i - 1's operands to land. Its stage's
-  // next phase needs step i - 1 + num_stages >= i + 1, not issued yet, so the parity wait cannot
-  // miss a phase; with one stage it could, and the launch leaves the throttle off there.
+  // flight get unequal shares of the DRAM bandwidth) waits for step i - 1's operands to land.
+  // Its stage's next phase needs step i - 1 + num_stages >= i + 1, not issued yet, so the
+  // parity wait cannot miss a phase; with one stage it could, and the launch leaves the
+  // throttle off there.
   // (Read from the parameter block at each use: the producer warpgroup has 24 registers.)
   RingCursor ring;
   if (first_step == 1) ring.advance(num_stages);

@@ -468,7 +468,6 @@ __device__ inline SpeculativeLoad speculate_lowest_block(const PrefillParams& p,
 // operations per entry instead of the network's 28 dependent exchange steps. The bitmap and
 // the counts live in the cached page-table row, which rule 2 was the last to read. `words`
 // (ceil(blocks / 32) for the request's blocks) must be at most kUnionBitmapMaxWords.
-constexpr int kUnionBitmapMaxWords = kPageRowCapacity / 2;  // the bitmap, then its counts
 
 __device__ __forceinline__ int ascending_union_by_bitmap(const Smem& smem,
                                                          const WarpEntries& entries,
@@ -547,7 +546,9 @@ __device__ inline void plan_tile_sorted_in_warp(const PrefillParams& p, const Sm
   int token[kEntryRounds];
   int32_t coord[kEntryRounds];
   apply_entry_rules(p, smem, entries, kEntryRounds, page_row_length, token, coord);
-  // Every block that counts is below the request's key length (rule 2).
+  // Every block that counts is below the request's key length (rule 2). The launch sends calls
+  // whose requests may be longer than the bitmap holds to the network (warp_plan_kind), so that
+  // this sum cannot overflow; the check below is the kernel's own.
   const int64_t words = (header.request_seqlen_k + 32 * kBlockSize - 1) / (32 * kBlockSize);
   if (p.warp_planning == kWarpPlanBitmap && words <= kUnionBitmapMaxWords) {
     FLASHMSA_MARK_BY(0, kMarkCandidates);

@@ -122,3 +122,21 @@ def test_sorted_warp_plan_equals_block_wide_plan(spec, monkeypatch):
         assert_bitwise(case.name, f"warp plan's {what} vs without speculation", a, b)
         assert_bitwise(case.name, f"warp plan's {what} vs its sorting network's", a, c)
         assert_bitwise(case.name, f"warp plan's {what} vs the block-wide plan's", a, d)
+
+
+# A paged call whose page table is wider than the warp plan's bitmap reaches (more than 45056
+# blocks a request, 5.7M keys) plans through the sorting network instead (launch.cu's
+# warp_plan_kind): the host cannot bound a request's length by anything narrower. Columns of -1
+# past the requests' pages change nothing else, so the result equals the narrow table's bitwise.
+def test_wide_page_table_plans_through_the_network():
+    case = make_case("wide-page-table-mtp", [8, 8, 8], [3000, 700, 9000], 64, 4, 16, True,
+                     seed=67, layout="paged")
+    narrow = run_gpu(case)
+    check_gpu_result(case, narrow)
+    table = case.cpu["page_table"]
+    wide = torch.full((table.shape[0], 50000), -1, dtype=table.dtype)
+    wide[:, :table.shape[1]] = table
+    case.with_gpu(page_table=wide.to(DEVICE))
+    got = run_gpu(case)
+    for what, g, w in zip(("out", "lse", "lse_t"), got, narrow):
+        assert_bitwise(case.name, f"{what} with a 50000-column page table vs the narrow one", g, w)
