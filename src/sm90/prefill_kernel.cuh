@@ -50,10 +50,12 @@ __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, co
     if (threadIdx.x < 32 && sorts_in_one_warp(params)) {
       speculative = speculate_lowest_block(params, smem, entries, guess, work.kv_head,
                                            page_row_length);
+      FLASHMSA_MARK_BY(0, kMarkSpeculated);
       plan_tile_sorted_in_warp(params, smem, entries, guess, work.kv_head, page_row_length);
     } else if (threadIdx.x < 32) {
       speculative = speculate_first_block(params, smem, entries, guess, work.kv_head, work.split,
                                           page_row_length);
+      FLASHMSA_MARK_BY(0, kMarkSpeculated);
       plan_tile_in_warp(params, smem, entries, guess, work.kv_head, page_row_length);
     } else if (is_consumer) {
       load_tile_queries<Element, kConsumers>(params, smem, tile_plan(header, 0, 0, one_split()),

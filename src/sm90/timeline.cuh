@@ -30,7 +30,9 @@ enum TimelineMark {
   kMarkClusterReady, kMarkPushed, kMarkOwnersReady, kMarkLseCombined,
   kMarkFirstIssued,
   // The decode producer between its plan and its first issue (thread 0).
-  kMarkProducerReleased, kMarkFirstKIssued, kNumMarks
+  kMarkProducerReleased, kMarkFirstKIssued,
+  // Warp planning's speculative first block issued (or given up), before the plan's rules.
+  kMarkSpeculated, kNumMarks
 };
 
 // CTAs past this many are not recorded (the timeline cases have at most 512).
@@ -74,13 +76,15 @@ __device__ __forceinline__ void timeline_print() {
                ? 0ull
                : static_cast<unsigned long long>((t[mark] - entry) * ns_per_cycle);
   };
-  printf("TL cta %d sm %u mhz %u entry_abs %llu waited %llu located %llu entries %llu negatives %llu "
+  printf("TL cta %d sm %u mhz %u entry_abs %llu waited %llu located %llu speculated %llu "
+         "entries %llu negatives %llu "
          "candidates %llu deduplicated %llu compacted %llu planned %llu q %llu first_k %llu "
          "scores %llu softmax %llu first_v %llu last_k %llu loop %llu published %llu joined %llu "
          "reduced %llu cluster_ready %llu pushed %llu owners_ready %llu "
          "lse_combined %llu issued %llu released %llu k_issued %llu end %llu\n",
          blockIdx.x, sm_id(), ns_per_cycle > 0.0 ? static_cast<unsigned>(1000.0 / ns_per_cycle) : 0u,
-         entry_ns, since(kMarkWaited), since(kMarkLocated), since(kMarkEntriesRead),
+         entry_ns, since(kMarkWaited), since(kMarkLocated), since(kMarkSpeculated),
+         since(kMarkEntriesRead),
          since(kMarkNegativesCut), since(kMarkCandidates), since(kMarkSorted),
          since(kMarkCompacted), since(kMarkPlanned), since(kMarkQueriesLoaded),
          since(kMarkFirstK), since(kMarkFirstScores), since(kMarkFirstSoftmax),
