@@ -117,11 +117,11 @@ def test_decode_deep_pipeline_override(qlen, monkeypatch):
 
 
 # The throttle (producer.cuh) issues a block's operands only once the previous block's have
-# landed; multi-token prediction runs it at 2 by default (launch.cu), the rest at 0, and
-# FLASHMSA_TUNE_THROTTLE sets each of 0, 1, 2 for: multi-token prediction on the two-consumer
-# kernel (two stages), batch 3 (eleven splits of a few blocks each) and 64 (one split, whole
-# unions), and the one-token kernel at batch 16 on the deep pipeline (two splits, three stages,
-# pushed).
+# landed; multi-token prediction grids of one wave run it at 2 by default (launch.cu), the rest
+# at 0. FLASHMSA_TUNE_THROTTLE sets each of 0, 1, 2 for: multi-token prediction on the
+# two-consumer kernel (two stages), batch 3 (eleven splits of a few blocks each) and 64 (one
+# split, whole unions), and the one-token kernel at batch 16 on the deep pipeline (two splits,
+# three stages, pushed).
 THROTTLED = {"mtp-b3": (3, 8, "0"), "mtp-b64": (64, 8, "0"), "one-token-b16-deep": (16, 1, "1")}
 
 
