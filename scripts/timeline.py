@@ -39,10 +39,10 @@ def run_cases():
             torch.cuda.synchronize()
 
 
-PHASES = ("waited", "located", "speculated", "entries", "negatives", "candidates", "deduplicated", "compacted",
-          "planned", "released", "k_issued", "issued", "q", "first_k", "scores", "softmax", "first_v", "last_k", "loop",
-          "published", "cluster_ready", "pushed", "owners_ready", "joined",
-          "lse_combined", "reduced", "end")
+PHASES = ("waited", "located", "speculated", "entries", "negatives", "candidates", "deduplicated",
+          "compacted", "planned", "released", "k_issued", "issued", "q", "first_k", "scores",
+          "softmax", "first_v", "last_k", "loop", "published", "cluster_ready", "pushed",
+          "owners_ready", "joined", "lse_combined", "reduced", "end")
 
 
 def parse(lines):

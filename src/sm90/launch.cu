@@ -314,6 +314,8 @@ TileConfig tile_config(const flashmsa_args& args) {
     }
   }
   c.num_splits = tuning_override("FLASHMSA_TUNE_SPLITS", c.num_splits, 1, most_splits);
+  // The grid's likely CTAs fit one per SM: one wave even at one CTA per SM.
+  const bool fits_one_cta_per_sm = units * c.num_splits <= multiprocessor_count(args.device_index);
   // Decode grids run two CTAs per SM of one K and one V stage each, also where the grid has no
   // more CTAs than the machine has SMs. One CTA per SM with three stages there (the deep
   // pipeline, FLASHMSA_TUNE_DEEP_PIPELINE=1, now a measurement) keeps the next blocks in flight
@@ -324,8 +326,8 @@ TileConfig tile_config(const flashmsa_args& args) {
   // against 7.0; 2 and 4 tokens a request at batch 8 and 16 2-5% faster; the rest equal.
   // Splits of one block, which had nothing to overlap, were at two per SM already.
   const bool splits_hold_one_block = max_union <= c.num_splits;
-  if (decode_like && units * c.num_splits <= multiprocessor_count(args.device_index) &&
-      !splits_hold_one_block && tuning_override("FLASHMSA_TUNE_DEEP_PIPELINE", 0, 0, 1) != 0) {
+  if (decode_like && fits_one_cta_per_sm && !splits_hold_one_block &&
+      tuning_override("FLASHMSA_TUNE_DEEP_PIPELINE", 0, 0, 1) != 0) {
     c.ctas_per_sm = 1;
     if (!clusters_resident(c)) c.ctas_per_sm = 2;
   }
@@ -356,8 +358,7 @@ TileConfig tile_config(const flashmsa_args& args) {
   // 1-2% faster at KV 50000-200000, at batch 64 and 128 (two and four waves) up to 1.7% slower.
   // Prefill tiles (requests of several tiles) keep their rings unthrottled.
   const bool one_tile_per_request = uniform_rows > 0 && uniform_rows <= c.tokens_per_tile;
-  const bool one_wave = units * c.num_splits <= multiprocessor_count(args.device_index);
-  c.inflight_throttle = !decode_like && one_tile_per_request && one_wave ? 2 : 0;
+  c.inflight_throttle = !decode_like && one_tile_per_request && fits_one_cta_per_sm ? 2 : 0;
   c.tiles_outer = tuning_override("FLASHMSA_TUNE_TILES_OUTER", decode_like, 0, 1) != 0;
   c.kv_evict_first = tuning_override("FLASHMSA_TUNE_EVICT_FIRST", decode_like, 0, 1) != 0;
   return c;

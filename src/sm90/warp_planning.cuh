@@ -468,7 +468,6 @@ __device__ inline SpeculativeLoad speculate_lowest_block(const PrefillParams& p,
 // operations per entry instead of the network's 28 dependent exchange steps. The bitmap and
 // the counts live in the cached page-table row, which rule 2 was the last to read. `words`
 // (ceil(blocks / 32) for the request's blocks) must be at most kUnionBitmapMaxWords.
-
 __device__ __forceinline__ int ascending_union_by_bitmap(const Smem& smem,
                                                          const WarpEntries& entries,
                                                          const int (&token)[kEntryRounds],
