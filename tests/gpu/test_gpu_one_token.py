@@ -9,6 +9,8 @@ take:
 - group sizes 1 and 17 (17 is past the kernel's 16: prefill_kernel), fp16;
 - the split reductions forced through the tune overrides (pull and push at two CTAs per SM),
   and requests of 2 and 8 rows sent to the kernel by FLASHMSA_TUNE_ONE_TOKEN=2;
+- the split counts that the small-batch rule (launch.cu) picks at batch 4-11: 6, 4, 3 and 2
+  splits of 16 blocks (some slices uneven);
 - flat and paged calls on the same logical data, bitwise equal;
 - requests of more than 1024 pages (past a page row cached in shared memory).
 Each result is compared with the CPU backend and the fp64 reference (gpu_harness)."""
@@ -144,6 +146,18 @@ def test_one_token_reduction_paths(reduction, monkeypatch):
     case = make_case(f"one-token-{reduction}", [1] * 5, LENGTHS[:5], M3["num_qo_heads"],
                      M3["num_kv_heads"], 16, True, seed=208, layout="paged",
                      scalars=dict(lse_temperature_scale=0.7))
+    check_gpu_result(case, run_gpu(case))
+
+
+# launch.cu caps one-token grids of short splits at 17/20 of the SMs' worth of CTAs: batch 4 runs
+# 6 splits (slices of 2 and 3 blocks), 5 and 6 run 4, 8 runs 3 (slices of 5 and 6), 10 and 11
+# run 2, on the H200's 132 SMs. Ragged KV lengths, so some requests have fewer blocks than splits.
+@pytest.mark.parametrize("batch", [4, 5, 6, 8, 10, 11])
+def test_one_token_small_batch_splits(batch):
+    lengths = (LENGTHS * 2)[:batch]
+    case = make_case(f"one-token-small-batch-b{batch}", [1] * batch, lengths,
+                     M3["num_qo_heads"], M3["num_kv_heads"], 16, True, seed=230 + batch,
+                     layout="paged", scalars=dict(lse_temperature_scale=0.7))
     check_gpu_result(case, run_gpu(case))
 
 
