@@ -23,6 +23,7 @@
 #include "sm90/merge.h"
 #include "sm90/params.h"
 #include "sm90/prefill_launch.h"
+#include "sm90/split_rules.h"
 
 namespace flashmsa {
 namespace {
@@ -312,22 +313,10 @@ TileConfig tile_config(const flashmsa_args& args) {
       c.num_splits = static_cast<int32_t>(
           std::min<int64_t>(c.num_splits, std::max<int64_t>(1, max_union / 2)));
     }
-    // One-token splits of fewer than 8 blocks run faster with some SMs left free: at most
-    // 17/20 of the SMs' worth of CTAs (112 of 132), then the fewest splits whose longest slice
-    // is as short (more CTAs of the same slice length only add starts and pushes). Measured
-    // (H200, topk 16, rotating inputs, docs/performance.md): batch 4 6 splits 9.0 us (8: 10.0-
-    // 10.5), batch 5 4 splits 9.6-9.8 (6: 10.9-11.0), batch 6 4 splits 10.4-10.6 (5: 11.9-12.2),
-    // batch 8 3 splits 13.8 (4: 14.1-14.4), batch 10 2 splits 15.1 (3: 15.4-15.7), batch 11 2
-    // splits 15.7 (3: 20.5); batch 7's 4 (112 CTAs) and batch 16's 2 (8 blocks) were best
-    // already.
-    if (c.one_token_kernel && max_union > 0) {
-      const int64_t free_sm_ctas = multiprocessor_count(args.device_index) * 17 / 20;
-      const int64_t longest_slice = (max_union + c.num_splits - 1) / c.num_splits;
-      if (longest_slice < 8 && units * c.num_splits > free_sm_ctas) {
-        c.num_splits = static_cast<int32_t>(std::max<int64_t>(1, free_sm_ctas / units));
-      }
-      const int64_t slice = (max_union + c.num_splits - 1) / c.num_splits;
-      c.num_splits = static_cast<int32_t>((max_union + slice - 1) / slice);
+    // Short one-token splits leave some SMs free (split_rules.h).
+    if (c.one_token_kernel) {
+      c.num_splits = sm90::short_one_token_splits(units, multiprocessor_count(args.device_index),
+                                                  max_union, c.num_splits);
     }
   }
   c.num_splits = tuning_override("FLASHMSA_TUNE_SPLITS", c.num_splits, 1, most_splits);

@@ -1,0 +1,34 @@
+// Split-count rules of the sm90 launch (launch.cu: tile_config) that are pure functions of
+// shapes, apart from the CUDA code so that the CPU test suite checks them
+// (tests/cpp/test_split_rules.cpp).
+#pragma once
+
+#include <stdint.h>
+
+#include <algorithm>
+
+namespace flashmsa::sm90 {
+
+// One-token splits of fewer than 8 blocks run faster with some SMs left free: at most 17/20 of
+// the SMs' worth of CTAs (112 of 132), then the fewest splits whose longest slice is as short
+// (more CTAs of the same slice length only add starts and pushes). `units`: the grid's likely
+// (tile, head) units; `max_union`: the most blocks a tile can read (topk for one row).
+// Measured (H200, topk 16, rotating inputs, docs/performance.md): batch 4 6 splits 9.0 us (8:
+// 10.0-10.5), batch 5 4 splits 9.6-9.8 (6: 10.9-11.0), batch 6 4 splits 10.4-10.6 (5:
+// 11.9-12.2), batch 8 3 splits 13.8 (4: 14.1-14.4), batch 10 2 splits 15.1 (3: 15.4-15.7),
+// batch 11 2 splits 15.7 (3: 20.5); batch 7's 4 (112 CTAs) and batch 16's 2 (8 blocks) were
+// best already.
+inline int32_t short_one_token_splits(int64_t units, int64_t multiprocessors, int64_t max_union,
+                                      int32_t num_splits) {
+  if (max_union <= 0) return num_splits;
+  int64_t splits = std::max<int32_t>(1, num_splits);
+  const int64_t free_sm_ctas = multiprocessors * 17 / 20;
+  const int64_t longest_slice = (max_union + splits - 1) / splits;
+  if (longest_slice < 8 && units > 0 && units * splits > free_sm_ctas) {
+    splits = std::max<int64_t>(1, free_sm_ctas / units);
+  }
+  const int64_t slice = (max_union + splits - 1) / splits;
+  return static_cast<int32_t>((max_union + slice - 1) / slice);
+}
+
+}  // namespace flashmsa::sm90
