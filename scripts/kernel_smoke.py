@@ -12,7 +12,8 @@ import torch
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 sys.path[:0] = [os.path.join(ROOT, "tests"), ROOT]
 import flashmsa  # noqa: E402
-from bench.selection import kv_bytes as bench_kv_bytes, select  # noqa: E402
+from bench.selection import BLOCK, distinct_blocks, select  # noqa: E402
+from bench.selection import kv_bytes as bench_kv_bytes  # noqa: E402
 from flashmsa.cli import build_inputs  # noqa: E402
 from flashmsa.reference import keys_read  # noqa: E402
 from torch_reference import check_close, error_stats, reference_msa  # noqa: E402
@@ -51,13 +52,24 @@ def useful_flops(args):
     return 4 * HEAD_DIM * group_size * int(keys.sum().item())
 
 
-def kv_bytes(args):
-    """Contract section 10: K and V bytes of the distinct selected blocks per (request, head)."""
+def selection_of(args):
+    """The call's canonical selection (bench/selection.py) and its batch size."""
     seqlens_k = args["seqused_k"] if "seqused_k" in args else args["cu_seqlens_k"].diff()
     max_pages = args["page_table"].shape[1] if "page_table" in args else None
     selection = select(args["q2k_indices"], args["cu_seqlens_q"], seqlens_k, args["causal"],
                        max_pages=max_pages)
-    return bench_kv_bytes(selection, seqlens_k.numel())
+    return selection, seqlens_k.numel()
+
+
+def kv_bytes(args):
+    """Contract section 10: K and V bytes of the distinct selected blocks per (request, head)."""
+    return bench_kv_bytes(*selection_of(args))
+
+
+def union_sizes(args):
+    """(Hkv, B) distinct selected blocks per (KV head, request): a one-tile request's union."""
+    selection, batch = selection_of(args)
+    return distinct_blocks(selection.request, selection, batch)
 
 
 def time_call(args, reps=20):

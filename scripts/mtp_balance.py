@@ -9,26 +9,16 @@ For each input set it times the `random` selection (kernel_smoke.decode_case), t
 shapes with indices rebuilt so that every unit's union has the same number of distinct blocks
 (the random selection's mean, rounded), each chosen uniformly and every entry one of them, and
 prints both times with their union-size spread and KV bytes (contract section 10). The indices
-are built on the device, as the benchmark's are, and the union sizes counted from them.
+are built on the device, as the benchmark's are, and the union sizes counted from them
+(bench/selection.py, through kernel_smoke.union_sizes).
 """
 import argparse
 
 import torch
 
-from kernel_smoke import decode_case, kv_bytes, time_graph
+from kernel_smoke import BLOCK, decode_case, kv_bytes, time_graph, union_sizes
 
-TOKENS, KV_LENGTH, BLOCK_KEYS = 8, 32768, 128
-
-
-def union_sizes(indices, batch):
-    """Distinct valid blocks per (KV head, request) of an MTP index tensor (Hkv, B x T, topk)."""
-    per_unit = indices.reshape(indices.shape[0], batch, -1)
-    sizes = torch.empty(per_unit.shape[:2], dtype=torch.int64)
-    for h in range(per_unit.shape[0]):
-        for b in range(batch):
-            row = per_unit[h, b]
-            sizes[h, b] = torch.unique(row[row >= 0]).numel()
-    return sizes
+TOKENS, KV_LENGTH = 8, 32768
 
 
 def balanced_indices(indices, batch, size, generator):
@@ -36,7 +26,7 @@ def balanced_indices(indices, batch, size, generator):
     of which appears at least once."""
     hkv, rows, topk = indices.shape
     entries = rows // batch * topk
-    blocks = KV_LENGTH // BLOCK_KEYS
+    blocks = KV_LENGTH // BLOCK
     out = torch.empty(hkv, batch, entries, dtype=indices.dtype, device=indices.device)
     for h in range(hkv):
         for b in range(batch):
@@ -58,12 +48,12 @@ def main():
                    for s in range(options.sets)]
     balanced_sets = []
     for args in random_sets:
-        sizes = union_sizes(args["q2k_indices"].cpu(), options.batch)
+        sizes = union_sizes(args)
         mean = int(round(sizes.double().mean().item()))
         balanced = dict(args)
         balanced["q2k_indices"] = balanced_indices(args["q2k_indices"], options.batch, mean,
                                                    generator)
-        check = union_sizes(balanced["q2k_indices"].cpu(), options.batch)
+        check = union_sizes(balanced)
         print(f"set: random unions {sizes.min().item()}-{sizes.max().item()} "
               f"(mean {sizes.double().mean().item():.1f}); balanced {check.min().item()}-"
               f"{check.max().item()}", flush=True)

@@ -259,7 +259,8 @@ TileConfig tile_config(const flashmsa_args& args) {
           ? args.batch_size * ((uniform_rows + c.tokens_per_tile - 1) / c.tokens_per_tile)
           : std::min(query_tiles + args.batch_size, args.total_q);
   const int64_t units = likely_tiles * args.num_kv_heads * c.num_head_chunks;
-  const int64_t slots = multiprocessor_count(args.device_index) * c.ctas_per_sm;
+  const int64_t sms = multiprocessor_count(args.device_index);
+  const int64_t slots = sms * c.ctas_per_sm;
   const int64_t max_union = std::min<int64_t>(c.tokens_per_tile, tokens_per_request) * topk;
   // Measured on the H200 (docs/performance.md): an extra split costs more than it gains once the
   // grid holds about one CTA per slot (batch 64: 1 split 75-79 us, 2 splits 85 us).
@@ -295,8 +296,7 @@ TileConfig tile_config(const flashmsa_args& args) {
     // decode consumer, docs/performance.md; the default then ran the deep pipeline below):
     // batch 8 4 splits 13.3-14.0 us on rotating inputs (8: 17.5), batch 16 2 splits 21.3-22.7
     // us (4: 25.7), batch 32 1 split 39.4 us (2: 42.3).
-    const int64_t splits_one_cta_per_sm =
-        units > 0 ? multiprocessor_count(args.device_index) / units : 0;
+    const int64_t splits_one_cta_per_sm = units > 0 ? sms / units : 0;
     if (splits_one_cta_per_sm >= 1) {
       c.num_splits = static_cast<int32_t>(std::min<int64_t>(c.num_splits, splits_one_cta_per_sm));
     }
@@ -307,21 +307,19 @@ TileConfig tile_config(const flashmsa_args& args) {
     // rotating inputs): batch 1 16 splits 6.0 us, 8 splits 6.3; batch 2 16 splits 8.2, 8
     // splits 7.3; batch 3 11 splits 9.4, 8 splits 8.0.
     const bool one_block_splits_fit_half_the_sms =
-        units * std::min<int64_t>(c.num_splits, max_union) * 2 <=
-        multiprocessor_count(args.device_index);
+        units * std::min<int64_t>(c.num_splits, max_union) * 2 <= sms;
     if (c.one_token_kernel && !one_block_splits_fit_half_the_sms) {
       c.num_splits = static_cast<int32_t>(
           std::min<int64_t>(c.num_splits, std::max<int64_t>(1, max_union / 2)));
     }
     // Short one-token splits leave some SMs free (split_rules.h).
     if (c.one_token_kernel) {
-      c.num_splits = sm90::short_one_token_splits(units, multiprocessor_count(args.device_index),
-                                                  max_union, c.num_splits);
+      c.num_splits = sm90::short_one_token_splits(units, sms, max_union, c.num_splits);
     }
   }
   c.num_splits = tuning_override("FLASHMSA_TUNE_SPLITS", c.num_splits, 1, most_splits);
   // The grid's likely CTAs fit one per SM: one wave even at one CTA per SM.
-  const bool fits_one_cta_per_sm = units * c.num_splits <= multiprocessor_count(args.device_index);
+  const bool fits_one_cta_per_sm = units * c.num_splits <= sms;
   // Decode grids run two CTAs per SM of one K and one V stage each, also where the grid has no
   // more CTAs than the machine has SMs. One CTA per SM with three stages there (the deep
   // pipeline, FLASHMSA_TUNE_DEEP_PIPELINE=1, now a measurement) keeps the next blocks in flight
