@@ -364,7 +364,13 @@ TileConfig tile_config(const flashmsa_args& args) {
   const bool one_tile_per_request = uniform_rows > 0 && uniform_rows <= c.tokens_per_tile;
   c.inflight_throttle = !decode_like && one_tile_per_request && fits_one_cta_per_sm ? 2 : 0;
   c.tiles_outer = tuning_override("FLASHMSA_TUNE_TILES_OUTER", decode_like, 0, 1) != 0;
-  c.kv_evict_first = tuning_override("FLASHMSA_TUNE_EVICT_FIRST", decode_like, 0, 1) != 0;
+  // K/V loads evict first (kernel_traits.h) where a call reads each block once per (request,
+  // KV head): decode, and multi-token prediction, whose requests are one tile each. Prefill's
+  // neighbouring tiles of a head share blocks and keep them in L2. Measured (H200, MTP 8 tokens,
+  // docs/performance.md, seventeenth session): batch 32 215.8 us against 217.3-217.8, batch 24
+  // 173.5 against 176.1-176.2.
+  c.kv_evict_first = tuning_override("FLASHMSA_TUNE_EVICT_FIRST",
+                                     decode_like || one_tile_per_request, 0, 1) != 0;
   return c;
 }
 
