@@ -21,14 +21,15 @@ namespace flashmsa::sm90 {
 inline int32_t short_one_token_splits(int64_t units, int64_t multiprocessors, int64_t max_union,
                                       int32_t num_splits) {
   if (max_union <= 0) return num_splits;
+  // The longest of `parts` near-equal slices of max_union blocks; also, read the other way, the
+  // fewest slices that are each at most `parts` blocks long.
+  auto longest_slice = [&](int64_t parts) { return (max_union + parts - 1) / parts; };
   int64_t splits = std::max<int32_t>(1, num_splits);
   const int64_t free_sm_ctas = multiprocessors * 17 / 20;
-  const int64_t longest_slice = (max_union + splits - 1) / splits;
-  if (longest_slice < 8 && units > 0 && units * splits > free_sm_ctas) {
+  if (longest_slice(splits) < 8 && units > 0 && units * splits > free_sm_ctas) {
     splits = std::max<int64_t>(1, free_sm_ctas / units);
   }
-  const int64_t slice = (max_union + splits - 1) / splits;
-  return static_cast<int32_t>((max_union + slice - 1) / slice);
+  return static_cast<int32_t>(longest_slice(longest_slice(splits)));
 }
 
 }  // namespace flashmsa::sm90

@@ -149,9 +149,10 @@ def test_one_token_reduction_paths(reduction, monkeypatch):
     check_gpu_result(case, run_gpu(case))
 
 
-# launch.cu caps one-token grids of short splits at 17/20 of the SMs' worth of CTAs: batch 4 runs
-# 6 splits (slices of 2 and 3 blocks), 5 and 6 run 4, 8 runs 3 (slices of 5 and 6), 10 and 11
-# run 2, on the H200's 132 SMs. Ragged KV lengths, so some requests have fewer blocks than splits.
+# The launch caps one-token grids of short splits at 17/20 of the SMs' worth of CTAs
+# (split_rules.h): batch 4 runs 6 splits (slices of 2 and 3 blocks), 5 and 6 run 4, 8 runs 3
+# (slices of 5 and 6), 10 and 11 run 2, on the H200's 132 SMs. Ragged KV lengths, so some
+# requests have fewer blocks than splits.
 @pytest.mark.parametrize("batch", [4, 5, 6, 8, 10, 11])
 def test_one_token_small_batch_splits(batch):
     lengths = (LENGTHS * 2)[:batch]
