@@ -115,6 +115,8 @@ struct SmemHeader {
   uint64_t speculative_k_full;
   uint64_t speculative_v_full;
   int32_t speculative_issued;     // whether they are in use (the cluster reduction waits)
+  int32_t speculative_block;      // the sorted plan's guess, from warp 1 to the producer
+  int32_t speculative_coord;
   // The other splits' pushes of this split's owned rows landed (cluster_reduce.cuh).
   uint64_t received_full;
 };

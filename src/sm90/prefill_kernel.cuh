@@ -19,13 +19,15 @@ namespace flashmsa::sm90 {
 // Locates the CTA's tile, plans it and loads the consumers' Q rows; ends with a barrier after
 // which the plan is in shared memory. batch_index < 0: no tile for this CTA. Warp planning
 // (decode) loads the guessed tile's index entries and page-table row in the same round of loads
-// as the request scan; then thread 0 (the producer) issues the speculative first block and warp
-// 0 plans while the consumers load Q.
+// as the request scan; then the producer's lane issues the speculative first block (thread 0
+// before warp 0's entry-order plan, warp 1 beside warp 0's sorted plan) and warp 0 plans while
+// the consumers load Q.
 template <typename Element, int kConsumers>
 __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, const Smem& smem,
                                                  const CtaWork& work,
                                                  SpeculativeLoad& speculative) {
   const bool warp_planning = plans_in_one_warp(params);
+  const bool sorted_plan = warp_planning && sorts_in_one_warp(params);
   const TileGuess guess = warp_planning ? guess_tile(params, work.tile) : TileGuess{-1, 0, 0};
   const int page_row_length = cached_page_row_length(params, guess);
   WarpEntries entries;
@@ -33,7 +35,10 @@ __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, co
   if (warp_planning) {
     if (threadIdx.x >= 32) {
       page_row = load_page_row(params, guess.batch_index, page_row_length);
-    } else if (guess.batch_index >= 0) {
+    }
+    // Warp 0 plans from the entries; warp 1 guesses the sorted plan's first block from them.
+    const bool holds_entries = threadIdx.x < 32 || (sorted_plan && threadIdx.x < 64);
+    if (holds_entries && guess.batch_index >= 0) {
       entries = load_warp_entries(params, guess.first_row, guess.num_tokens, work.kv_head);
     }
   }
@@ -47,11 +52,10 @@ __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, co
   if (header.batch_index < 0) return tile_plan(header, 0, 0, one_split());
   const bool is_consumer = threadIdx.x >= 128;
   if (warp_planning) {
-    if (threadIdx.x < 32 && sorts_in_one_warp(params)) {
-      speculative = speculate_lowest_block(params, smem, entries, guess, work.kv_head,
-                                           page_row_length);
-      FLASHMSA_MARK_BY(0, kMarkSpeculated);
+    if (threadIdx.x < 32 && sorted_plan) {
       plan_tile_sorted_in_warp(params, smem, entries, guess, work.kv_head, page_row_length);
+    } else if (threadIdx.x < 64 && sorted_plan) {
+      speculate_lowest_block(params, smem, entries, guess, work.kv_head, page_row_length);
     } else if (threadIdx.x < 32) {
       speculative = speculate_first_block(params, smem, entries, guess, work.kv_head, work.split,
                                           page_row_length);
@@ -62,6 +66,7 @@ __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, co
                                              work.kv_head, work.head_chunk);
     }
     __syncthreads();
+    if (sorted_plan) speculative = {header.speculative_block, header.speculative_coord};
     return tile_plan(header, header.union_size, work.split, params.splits_divisor);
   }
   const TilePlan plan = plan_union(params, smem, work.kv_head, work.split);  // ends with a barrier

@@ -427,16 +427,21 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
   if (lane == 0) header.union_size = union_size;
 }
 
-// Warp 0, right after the request scan, for the sorted plan (plan_tile_sorted_in_warp): if the
-// guessed tile is the located one, every entry is a block and the launch has one split, the
-// union probably starts with the lowest entry. Lane 0 (the producer) issues that block's K and
-// V into stage 0, as speculate_first_block does for entry order; produce() checks the guess
-// against the plan, so a wrong one costs a wasted load, never a wrong result.
-__device__ inline SpeculativeLoad speculate_lowest_block(const PrefillParams& p, const Smem& smem,
-                                                         const WarpEntries& entries,
-                                                         const TileGuess& guess, int kv_head,
-                                                         int page_row_length) {
-  const SmemHeader& header = smem.header();
+// Warp 1, right after the request scan, for the sorted plan (plan_tile_sorted_in_warp runs in
+// warp 0 meanwhile, so the cold lookup and TMA issue, about 2.4 us at multi-token prediction's
+// start, are off the plan's chain): if the guessed tile is the located one, every entry is a
+// block and the launch has one split, the union probably starts with the lowest entry. Lane 0
+// issues that block's K and V into stage 0, as speculate_first_block does for entry order, and
+// leaves the guess in the header for the producer; produce() checks it against the plan, so a
+// wrong one costs a wasted load, never a wrong result. The warp arrives at
+// kSpeculationBarrier once its page-table lookup is done: warp 0 reuses the page-table row for
+// the union bitmap only after that.
+constexpr uint32_t kSpeculationBarrier = 4;  // named; ids 1-3 are the consumers'
+
+__device__ inline void speculate_lowest_block(const PrefillParams& p, const Smem& smem,
+                                              const WarpEntries& entries, const TileGuess& guess,
+                                              int kv_head, int page_row_length) {
+  SmemHeader& header = smem.header();
   const int lane = threadIdx.x % 32;
   const int num_entries = header.tile_num_tokens * p.topk;
   bool usable = p.speculate_first_block && p.num_splits == 1 && guess_holds(guess, header);
@@ -448,16 +453,21 @@ __device__ inline SpeculativeLoad speculate_lowest_block(const PrefillParams& p,
     if (exists) lowest = min(lowest, entries.block[r]);
   }
   lowest = __reduce_min_sync(0xffffffffu, lowest);
-  const SpeculativeLoad none{-1, -1};
-  if (!usable || lane != 0) return none;
-  // Causal limits grow with the token, so the tile's last token sees every block any sees.
-  const int64_t limit = tile_token_key_limit(p, header, header.tile_num_tokens - 1);
-  if (!block_selects_keys(lowest, limit, p.is_paged, p.max_pages)) return none;
-  const int64_t coord = block_coordinate(p, smem, header, lowest, page_row_length);
-  if (coord < 0) return none;
-  const SpeculativeLoad load{lowest, static_cast<int32_t>(coord)};
-  issue_speculative_load(p, smem, load, kv_head);
-  return load;
+  SpeculativeLoad load{-1, -1};
+  if (usable && lane == 0) {
+    // Causal limits grow with the token, so the tile's last token sees every block any sees.
+    const int64_t limit = tile_token_key_limit(p, header, header.tile_num_tokens - 1);
+    if (block_selects_keys(lowest, limit, p.is_paged, p.max_pages)) {
+      const int64_t coord = block_coordinate(p, smem, header, lowest, page_row_length);
+      if (coord >= 0) load = SpeculativeLoad{lowest, static_cast<int32_t>(coord)};
+    }
+  }
+  named_barrier_arrive(kSpeculationBarrier, 64);  // done with the page-table row
+  if (lane != 0) return;
+  if (load.block >= 0) issue_speculative_load(p, smem, load, kv_head);
+  header.speculative_block = load.block;
+  header.speculative_coord = load.coord;
+  FLASHMSA_MARK_BY(32, kMarkSpeculated);
 }
 
 // The ascending union of the entries that count (coord >= 0) through a bitmap of the request's
@@ -545,6 +555,7 @@ __device__ inline void plan_tile_sorted_in_warp(const PrefillParams& p, const Sm
   int token[kEntryRounds];
   int32_t coord[kEntryRounds];
   apply_entry_rules(p, smem, entries, kEntryRounds, page_row_length, token, coord);
+  named_barrier_sync(kSpeculationBarrier, 64);  // warp 1's lookup in the page-table row is done
   // Every block that counts is below the request's key length (rule 2). The launch sends calls
   // whose requests may be longer than the bitmap holds to the network (warp_plan_kind), so that
   // this sum cannot overflow; the check below is the kernel's own.
