@@ -136,6 +136,15 @@ __device__ __forceinline__ bool warpgroups_share_rows(const PrefillParams& p, in
   return kConsumers == 2 && num_tokens <= p.tokens_per_warpgroup;
 }
 
+// The bits [begin, end) of a 32-bit word, both clamped to [0, 32]; 0 when the range is empty.
+__device__ __forceinline__ uint32_t bits_in_range(int begin, int end) {
+  begin = max(begin, 0);
+  end = min(end, 32);
+  if (begin >= end) return 0u;
+  const uint32_t below_end = end == 32 ? 0xffffffffu : (1u << end) - 1u;
+  return below_end & ~((1u << begin) - 1u);
+}
+
 // A consumer warpgroup's Q rows into its buffer. Needs only the located tile (first row and
 // token count), so warp planning runs it while warp 0 plans.
 template <typename Element, int kConsumers>
@@ -168,16 +177,16 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     rows[h] = row_source(p, plan, row_group, head_chunk, row_in_warpgroup[h]);
     key_limit[h] = rows[h].valid ? smem.token_key_limit()[rows[h].tile_token] : 0;
   }
-  // Tile tokens this warpgroup owns, as a bit set over the planning masks' words.
+  // Tile tokens this warpgroup owns, as a bit set over the planning masks' words: bits
+  // [own_begin, own_end) formed word by word, not bit by bit (a per-bit loop, which the compiler
+  // unrolled, was about 1.5k instructions that every CTA fetched cold once: about 2 us of
+  // multi-token prediction's start, docs/performance.md).
   uint32_t own_tokens[kMaxMaskWords];
   const int own_begin = row_group * p.tokens_per_warpgroup;
   const int own_end = min(own_begin + p.tokens_per_warpgroup, plan.num_tokens);
 #pragma unroll
   for (int w = 0; w < kMaxMaskWords; ++w) {
-    own_tokens[w] = 0;
-    for (int t = max(own_begin, 32 * w); t < min(own_end, 32 * w + 32); ++t) {
-      own_tokens[w] |= 1u << (t % 32);
-    }
+    own_tokens[w] = bits_in_range(own_begin - 32 * w, own_end - 32 * w);
   }
 
   uint8_t* q_smem = smem.q(warpgroup);
