@@ -178,9 +178,9 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     key_limit[h] = rows[h].valid ? smem.token_key_limit()[rows[h].tile_token] : 0;
   }
   // Tile tokens this warpgroup owns, as a bit set over the planning masks' words: bits
-  // [own_begin, own_end) formed word by word, not bit by bit (a per-bit loop, which the compiler
-  // unrolled, was about 1.5k instructions that every CTA fetched cold once: about 2 us of
-  // multi-token prediction's start, docs/performance.md).
+  // [own_begin, own_end) formed word by word, not bit by bit (the per-bit loop, which the
+  // compiler unrolled, was about 440 instructions that every CTA fetched cold once: about 2 us
+  // of multi-token prediction's start, docs/performance.md).
   uint32_t own_tokens[kMaxMaskWords];
   const int own_begin = row_group * p.tokens_per_warpgroup;
   const int own_end = min(own_begin + p.tokens_per_warpgroup, plan.num_tokens);

@@ -525,10 +525,10 @@ __device__ __forceinline__ int ascending_union_by_bitmap(const Smem& smem,
 
 // The two-consumer kernel's plan in one warp (prefill tiles and multi-token prediction, at most
 // 128 candidates): the union of plan_union (planning.cuh), ascending by block, built in warp 0's
-// registers. It ends no sooner than plan_union (about 10-12 us at MTP: each CTA runs either
-// once, cold, and code length sets the time), but the consumers load Q meanwhile and the
-// producer the tile's lowest block: prefill +1%, MTP +0.5% (docs/performance.md, eleventh
-// session). The steps:
+// registers. Each CTA runs it once, cold, so code length sets its time (MTP planned at 11 us
+// from entry, now 6: eighteenth session), but the consumers load Q meanwhile and warp 1
+// the tile's lowest block (speculate_lowest_block): prefill +1%, MTP +0.5% (docs/performance.md,
+// eleventh session; warp 1 instead of warp 0 first: eighteenth session). The steps:
 //   the rules of contract section 4 as in plan_tile_in_warp (key limits, first negatives,
 //   coordinates);
 //   one bitonic sort of (block << 32 | entry) keys, invalid entries last, so that duplicates
