@@ -555,7 +555,9 @@ __device__ inline void plan_tile_sorted_in_warp(const PrefillParams& p, const Sm
   int token[kEntryRounds];
   int32_t coord[kEntryRounds];
   apply_entry_rules(p, smem, entries, kEntryRounds, page_row_length, token, coord);
-  named_barrier_sync(kSpeculationBarrier, 64);  // warp 1's lookup in the page-table row is done
+  // Warp 1's lookup in the page-table row is done (waited for on both paths below: warp 1
+  // always arrives, and only the bitmap overwrites the row).
+  named_barrier_sync(kSpeculationBarrier, 64);
   // Every block that counts is below the request's key length (rule 2). The launch sends calls
   // whose requests may be longer than the bitmap holds to the network (warp_plan_kind), so that
   // this sum cannot overflow; the check below is the kernel's own.
