@@ -504,6 +504,7 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.num_kv_heads = static_cast<int32_t>(args.num_kv_heads);
   p.group_size = static_cast<int32_t>(args.num_qo_heads / args.num_kv_heads);
   p.topk = static_cast<int32_t>(args.topk);
+  p.topk_divisor = fast_divisor(static_cast<uint32_t>(args.topk));
   p.is_paged = args.is_paged;
   p.causal = args.causal;
   p.q_offset_mode = args.q_offset_mode;

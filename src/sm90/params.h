@@ -96,6 +96,9 @@ struct PrefillParams {
   float scale_log2;        // softmax_scale * k_global_scale * log2(e)
   float v_global_scale;
   float lse_temperature;   // T
+  // Planning's entry_place: entry e of a tile's list is token e / topk. Last, so that the
+  // fields before it keep the offsets (and the constant-cache lines) they were measured with.
+  FastDivisor topk_divisor;
 };
 
 }  // namespace flashmsa::sm90

@@ -257,6 +257,19 @@ __device__ __forceinline__ void warp_bitonic_sort(int64_t (&value)[4], int count
   }
 }
 
+// Entry e of a tile's tokens x topk index list is position e % topk of token e / topk. The
+// quotient comes from the host's fast divisor: a runtime division is about fifteen
+// instructions, and planning runs its code once per CTA, cold, on the way to the first load.
+struct EntryPlace {
+  int token;
+  int position;
+};
+
+__device__ __forceinline__ EntryPlace entry_place(const PrefillParams& p, int e) {
+  const int token = static_cast<int>(quotient(static_cast<uint32_t>(e), p.topk_divisor));
+  return EntryPlace{token, e - token * p.topk};
+}
+
 constexpr int64_t kInvalidCandidate = INT64_MAX;
 constexpr int kWarpSortMax = kWarpPlanMaxEntries;  // sorted by one warp in registers, 4 per lane
 
@@ -280,9 +293,10 @@ __device__ inline TilePlan plan_union(const PrefillParams& p, const Smem& smem, 
   // Each index entry is read from global memory once.
 #pragma unroll 1
   for (int e = tid; e < num_entries; e += threads) {
-    const int64_t row = header.tile_first_row + e / topk;
+    const EntryPlace place = entry_place(p, e);
+    const int64_t row = header.tile_first_row + place.token;
     entry_blocks[e] = p.q2k_indices[kv_head * p.idx_stride_head + row * p.idx_stride_token +
-                                    (e % topk) * p.idx_stride_topk];
+                                    place.position * p.idx_stride_topk];
   }
 #pragma unroll 1
   for (int t = tid; t < p.tokens_per_tile; t += threads) {
@@ -295,7 +309,10 @@ __device__ inline TilePlan plan_union(const PrefillParams& p, const Smem& smem, 
   // Rule 1: the first negative entry ends a token's list.
 #pragma unroll 1
   for (int e = tid; e < num_entries; e += threads) {
-    if (entry_blocks[e] < 0) atomicMin(&first_negative[e / topk], e % topk);
+    if (entry_blocks[e] < 0) {
+      const EntryPlace place = entry_place(p, e);
+      atomicMin(&first_negative[place.token], place.position);
+    }
   }
   __syncthreads();
   FLASHMSA_MARK(kMarkNegativesCut);
@@ -309,9 +326,10 @@ __device__ inline TilePlan plan_union(const PrefillParams& p, const Smem& smem, 
   for (int e = tid; e < padded; e += threads) {
     int64_t key = kInvalidCandidate;
     if (e < num_entries) {
-      const int token = e / topk;
+      const EntryPlace place = entry_place(p, e);
+      const int token = place.token;
       const int32_t block = entry_blocks[e];
-      if (e % topk < first_negative[token] &&
+      if (place.position < first_negative[token] &&
           block_selects_keys(block, limits[token], p.is_paged, p.max_pages)) {
         const int64_t coord =
             p.is_paged ? page_of_block(p.page_table, p.page_table_stride_batch,
@@ -386,7 +404,7 @@ __device__ inline TilePlan plan_union(const PrefillParams& p, const Smem& smem, 
   for (int e = tid; e < num_entries; e += threads) {
     const int32_t block = entry_blocks[e];
     if (block < 0) continue;
-    const int token = e / topk;
+    const int token = entry_place(p, e).token;
     int lo = 0, hi = union_size - 1;
     while (lo < hi) {
       const int mid = (lo + hi) / 2;

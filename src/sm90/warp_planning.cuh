@@ -60,9 +60,10 @@ __device__ __forceinline__ WarpEntries load_warp_entries(const PrefillParams& p,
     const int e = 32 * r + lane;
     entries.block[r] = -1;
     if (e < num_entries) {
-      const int64_t row = first_row + e / p.topk;
+      const EntryPlace place = entry_place(p, e);
+      const int64_t row = first_row + place.token;
       entries.block[r] = p.q2k_indices[kv_head * p.idx_stride_head + row * p.idx_stride_token +
-                                       (e % p.topk) * p.idx_stride_topk];
+                                       place.position * p.idx_stride_topk];
     }
   }
   return entries;
@@ -193,7 +194,7 @@ __device__ inline SpeculativeLoad speculate_first_block(const PrefillParams& p, 
   const int32_t block = __shfl_sync(0xffffffffu, mine, first % 32);
   const SpeculativeLoad none{-1, -1};
   if (!usable || lane != 0) return none;
-  const int token = first / p.topk;
+  const int token = entry_place(p, first).token;
   const int64_t limit = tile_token_key_limit(p, header, token);
   if (!block_selects_keys(block, limit, p.is_paged, p.max_pages)) return none;
   const int64_t coord = block_coordinate(p, smem, header, block, page_row_length);
@@ -312,18 +313,23 @@ __device__ __forceinline__ void apply_entry_rules(const PrefillParams& p, const 
   const int num_entries = header.tile_num_tokens * topk;
   int32_t* first_negative = smem.token_first_negative();
   const int32_t* limits = smem.token_key_limit();
+  int position[kEntryRounds];  // entry 32 r + lane's place in its token's list
 #pragma unroll
   for (int r = 0; r < kEntryRounds; ++r) {
     token[r] = 0;
+    position[r] = 0;
     coord[r] = -1;
   }
   // Rule 1: the first negative entry ends a token's list.
 #pragma unroll
   for (int r = 0; r < kEntryRounds; ++r) {
     if (r >= rounds) break;
-    const int e = 32 * r + lane;
-    token[r] = e / topk;
-    if (e < num_entries && entries.block[r] < 0) atomicMin(&first_negative[token[r]], e % topk);
+    const EntryPlace place = entry_place(p, 32 * r + lane);
+    token[r] = place.token;
+    position[r] = place.position;
+    if (32 * r + lane < num_entries && entries.block[r] < 0) {
+      atomicMin(&first_negative[token[r]], position[r]);
+    }
   }
   __syncwarp();
   FLASHMSA_MARK_BY(0, kMarkNegativesCut);
@@ -333,7 +339,7 @@ __device__ __forceinline__ void apply_entry_rules(const PrefillParams& p, const 
     if (r >= rounds) break;
     const int e = 32 * r + lane;
     const int32_t block = entries.block[r];
-    if (e < num_entries && e % topk < first_negative[token[r]] &&
+    if (e < num_entries && position[r] < first_negative[token[r]] &&
         block_selects_keys(block, limits[token[r]], p.is_paged, p.max_pages)) {
       coord[r] = static_cast<int32_t>(block_coordinate(p, smem, header, block, page_row_length));
     }
@@ -617,7 +623,7 @@ __device__ inline void plan_tile_sorted_in_warp(const PrefillParams& p, const Sm
       smem.union_blocks()[slot] = static_cast<int32_t>(key[r] >> 32);
       smem.union_coords()[slot] = coord_of_entry[e];
     }
-    const int t = e / topk;
+    const int t = entry_place(p, e).token;
     atomicOr(&smem.token_mask(slot)[t / 32], 1u << (t % 32));
   }
   FLASHMSA_MARK_BY(0, kMarkCompacted);
