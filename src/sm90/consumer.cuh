@@ -236,11 +236,21 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
       const bool selected = rows[h].valid && ((selected_by[token / 32] >> (token % 32)) & 1);
       visible[h] = selected ? min(max(key_limit[h] - block_first_key, 0), kBlockKeys) : 0;
     }
+    // A warp's 16 rows are one token's heads (or a few tokens' when a chunk has fewer than 16
+    // heads), and a union block is mostly selected by one of the warpgroup's tokens: a warp that
+    // sees none of the block's keys leaves its softmax state and O as they are and gives P = 0,
+    // which is what the full update computes for such rows, bit for bit (max and sums
+    // unchanged, correction 1, or 0 on an O that is still 0). The wgmmas stay warpgroup-wide.
     uint32_t probabilities[32];
-    float correction[2];
-    softmax.template update<Element>(s, visible, p.scale_log2, p.lse_temperature, probabilities,
-                                     correction);
-    OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
+    if (__any_sync(0xffffffffu, visible[0] > 0 || visible[1] > 0)) {
+      float correction[2];
+      softmax.template update<Element>(s, visible, p.scale_log2, p.lse_temperature,
+                                       probabilities, correction);
+      OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) probabilities[i] = 0u;
+    }
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
 
     mbarrier_wait(&smem.header().v_full[stage], phase);
