@@ -223,11 +223,14 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
     }
     Accumulator s;
     issue_scores<Element>(smem_address(q_smem), smem_address(smem.k(stage)), s);
-    cute::warpgroup_wait<0>();
-    fence_accumulator(s);
-    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstScores);
-    mbarrier_arrive(&smem.header().k_empty[stage]);
 
+    // While the wgmma runs (the shared-memory reads are off the scores' chain): the keys of the
+    // block each of this thread's rows sees. A warp's 16 rows are one token's heads (or a few
+    // tokens' when a chunk has fewer than 16 heads), and a union block is mostly selected by one
+    // of the warpgroup's tokens: a warp that sees none of the block's keys leaves its softmax
+    // state and O as they are and gives P = 0, which is what the full update computes for such
+    // rows, bit for bit (max and sums unchanged, correction 1, or 0 on an O that is still 0).
+    // The wgmmas stay warpgroup-wide.
     const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
     int visible[2];
 #pragma unroll
@@ -236,13 +239,15 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
       const bool selected = rows[h].valid && ((selected_by[token / 32] >> (token % 32)) & 1);
       visible[h] = selected ? min(max(key_limit[h] - block_first_key, 0), kBlockKeys) : 0;
     }
-    // A warp's 16 rows are one token's heads (or a few tokens' when a chunk has fewer than 16
-    // heads), and a union block is mostly selected by one of the warpgroup's tokens: a warp that
-    // sees none of the block's keys leaves its softmax state and O as they are and gives P = 0,
-    // which is what the full update computes for such rows, bit for bit (max and sums
-    // unchanged, correction 1, or 0 on an O that is still 0). The wgmmas stay warpgroup-wide.
+    const bool warp_reads = __any_sync(0xffffffffu, visible[0] > 0 || visible[1] > 0);
+
+    cute::warpgroup_wait<0>();
+    fence_accumulator(s);
+    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstScores);
+    mbarrier_arrive(&smem.header().k_empty[stage]);
+
     uint32_t probabilities[32];
-    if (__any_sync(0xffffffffu, visible[0] > 0 || visible[1] > 0)) {
+    if (warp_reads) {
       float correction[2];
       softmax.template update<Element>(s, visible, p.scale_log2, p.lse_temperature,
                                        probabilities, correction);
