@@ -324,10 +324,11 @@ __device__ __forceinline__ void apply_entry_rules(const PrefillParams& p, const 
 #pragma unroll
   for (int r = 0; r < kEntryRounds; ++r) {
     if (r >= rounds) break;
-    const EntryPlace place = entry_place(p, 32 * r + lane);
+    const int e = 32 * r + lane;
+    const EntryPlace place = entry_place(p, e);
     token[r] = place.token;
     position[r] = place.position;
-    if (32 * r + lane < num_entries && entries.block[r] < 0) {
+    if (e < num_entries && entries.block[r] < 0) {
       atomicMin(&first_negative[token[r]], position[r]);
     }
   }
