@@ -251,7 +251,11 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
       float correction[2];
       softmax.template update<Element>(s, visible, p.scale_log2, p.lse_temperature,
                                        probabilities, correction);
-      OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
+      // Once a row's max has settled its correction is exactly 1, and O * 1 is O: the warp
+      // rescales only when one of its rows' max moved.
+      if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
+        OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
+      }
     } else {
 #pragma unroll
       for (int i = 0; i < 32; ++i) probabilities[i] = 0u;
