@@ -119,6 +119,9 @@ struct SmemHeader {
   int32_t speculative_coord;
   // The other splits' pushes of this split's owned rows landed (cluster_reduce.cuh).
   uint64_t received_full;
+  // Pacing (pacing.cuh): the producer's steps issued, for the pacer; the pacer's verdict.
+  int32_t pacing_progress;
+  int32_t pacing_hold;
 };
 
 // Warp planning's scratch (SmemLayout::warp_scratch): the guessed request's page-table row,

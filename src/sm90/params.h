@@ -99,6 +99,9 @@ struct PrefillParams {
   // Planning's entry_place: entry e of a tile's list is token e / topk. Last, so that the
   // fields before it keep the offsets (and the constant-cache lines) they were measured with.
   FastDivisor topk_divisor;
+  // Pacing of one-wave multi-token prediction grids (pacing.cuh): 0 off, else 1 + the slack in
+  // blocks by which a CTA's steps left may fall below the running CTAs' mean before it holds.
+  int32_t pacing_slack;
 };
 
 }  // namespace flashmsa::sm90

@@ -88,6 +88,8 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
     init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true);
+    smem.header().pacing_progress = 0;
+    smem.header().pacing_hold = 0;
   } else if (threadIdx.x == 32) {
     prefetch_tensor_map(&params.tma_k);
     prefetch_tensor_map(&params.tma_v);
@@ -108,7 +110,11 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
 
   if (threadIdx.x < 128) {
     registers_decrease<Roles::kProducerRegisters>();
-    if (threadIdx.x == 0) produce(params, smem, plan, work.kv_head, speculative);
+    if (threadIdx.x == 0) {
+      produce<kConsumers == 2>(params, smem, plan, work.kv_head, speculative);
+    } else if (kConsumers == 2 && threadIdx.x == 32 && params.pacing_slack > 0) {
+      pace(params, smem.header(), plan.slice_end - plan.slice_begin);
+    }
   } else {
     registers_increase<Roles::kConsumerRegisters>();
     if (kConsumers == 1 && runs_one_token_consumer(params, plan)) {

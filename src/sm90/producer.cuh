@@ -6,6 +6,7 @@
 #include <cute/arch/copy_sm90_tma.hpp>
 
 #include "sm90/kernel_traits.h"
+#include "sm90/pacing.cuh"
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
 #include "sm90/ptx.cuh"
@@ -101,7 +102,9 @@ __device__ __forceinline__ void wait_for_speculative_load(const Smem& smem) {
 // first block go out together from one stretch of code. A speculative load is waited for
 // first (stage 0 must not receive two copies at once); if it is the slice's first block, its
 // landing is forwarded to the stage-0 barriers (a plain arrive completes their phase), else the
-// block is loaded again.
+// block is loaded again. kMayPace (the two-consumer kernel): p.pacing_slack > 0 paces the
+// loads (pacing.cuh); the one-token decode kernel never does, and compiles none of it.
+template <bool kMayPace = false>
 __device__ inline void produce(const PrefillParams& p, const Smem& smem, const TilePlan& plan,
                                int kv_head, const SpeculativeLoad& speculative) {
   const int num_stages = p.smem_layout.num_stages;
@@ -132,18 +135,26 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
   // parity wait cannot miss a phase; with one stage it could, and the launch leaves the
   // throttle off there.
   // (Read from the parameter block at each use: the producer warpgroup has 24 registers.)
+  const bool paced = kMayPace && p.pacing_slack > 0 && steps > 0;
+  if (paced) {
+    pacing_join(steps);
+    if (first_step == 1) pacing_count_step(header, 1);
+  }
   RingCursor ring;
   if (first_step == 1) ring.advance(num_stages);
   for (int i = first_step; i < steps; ++i, ring.advance(num_stages)) {
     const int32_t coord = smem.union_coords()[plan.slice_begin + i];  // flat: row; paged: page
     const RingCursor last = ring.previous(num_stages);  // step i - 1's slot (i > 0)
     if (p.inflight_throttle >= 2 && i > 0) mbarrier_wait(&header.v_full[last.stage], last.phase);
+    if (paced && i >= kPacingFirstStep) pacing_wait_turn(header);
     load(false, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstKIssued);
     if (p.inflight_throttle >= 1 && i > 0) mbarrier_wait(&header.k_full[last.stage], last.phase);
     load(true, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstIssued);
+    if (paced) pacing_count_step(header, i + 1);
   }
+  if (paced) pacing_leave();
 }
 
 }  // namespace flashmsa::sm90

@@ -136,6 +136,25 @@ def test_decode_inflight_throttle(throttle, shape, monkeypatch):
     check_gpu_result(case, run_gpu(case))
 
 
+# Pacing (pacing.cuh) holds a one-wave multi-token grid's CTAs that are ahead; it moves time,
+# never data, so a paced call equals the unpaced one bitwise, and so does the next paced call
+# (the device counters it leaves behind must be back where they started). Batch 32: 128 CTAs of
+# whole unions; batch 8: four splits a unit. FLASHMSA_TUNE_PACE = 1 + slack in blocks.
+@pytest.mark.parametrize("batch", [8, 32])
+@pytest.mark.parametrize("pace", ["1", "4"])
+def test_decode_paced_equals_unpaced(pace, batch, monkeypatch):
+    case = decode_case(batch, 8, torch.bfloat16, seed=141 + batch + int(pace))
+    case.name = f"decode-pace-{pace}-b{batch}"
+    monkeypatch.setenv("FLASHMSA_TUNE_PACE", "0")
+    want = run_gpu(case)
+    monkeypatch.setenv("FLASHMSA_TUNE_PACE", pace)
+    for attempt in ("first", "second"):
+        got = run_gpu(case)
+        for what, g, w in zip(("out", "lse", "lse_t"), got, want):
+            assert_bitwise(case.name, f"{what}, {attempt} paced call vs unpaced", g, w)
+    check_gpu_result(case, got)
+
+
 @pytest.mark.parametrize("view", ["packed", "nhd"])
 def test_decode_cache_views(view):
     """vLLM's packed K|V cache and an NHD cache, both read in place, equal the contiguous cache
