@@ -122,6 +122,7 @@ struct SmemHeader {
   // Pacing (pacing.cuh): the producer's steps issued, for the pacer; the pacer's verdict.
   int32_t pacing_progress;
   int32_t pacing_hold;
+  int32_t pacing_boost;
 };
 
 // Warp planning's scratch (SmemLayout::warp_scratch): the guessed request's page-table row,

@@ -58,6 +58,11 @@ __device__ __forceinline__ void pacing_count_step(SmemHeader& header, int steps_
 
 __device__ __forceinline__ void pacing_leave() { atomicAdd(&g_pacing.active, 0xffffffffu); }
 
+// Producer: whether the pacer says this CTA is behind (it then skips the throttle's waits).
+__device__ __forceinline__ bool pacing_boosted(const SmemHeader& header) {
+  return *reinterpret_cast<const volatile int32_t*>(&header.pacing_boost) != 0;
+}
+
 // Producer, before a step's first load: waits while the pacer says hold, at most a bounded time.
 __device__ __forceinline__ void pacing_wait_turn(const SmemHeader& header) {
   const volatile int32_t* hold = &header.pacing_hold;
@@ -70,18 +75,27 @@ __device__ __forceinline__ void pacing_wait_turn(const SmemHeader& header) {
 // issued its last step, compares this CTA's steps left with the running CTAs' mean and tells
 // the producer whether to hold. Hold when (mine + slack) x active < everyone's left, i.e. mine
 // is more than `slack` blocks below the mean.
+// With p.boost_slack, a CTA more than that slack above the mean is told to boost: the
+// producer then keeps both stages in flight (no throttle) until it is back near the mean.
 __device__ inline void pace(const PrefillParams& p, SmemHeader& header, int steps) {
   const uint32_t slack = static_cast<uint32_t>(p.pacing_slack - 1);
+  const uint32_t boost_slack = static_cast<uint32_t>(p.boost_slack - 1);
   const volatile int32_t* progress = &header.pacing_progress;
   volatile int32_t* hold = &header.pacing_hold;
+  volatile int32_t* boost = &header.pacing_boost;
   for (int issued_here = *progress; issued_here < steps; issued_here = *progress) {
     const uint32_t published = load_relaxed(&g_pacing.published);
     const uint32_t issued = load_relaxed(&g_pacing.issued);
     const uint32_t active = load_relaxed(&g_pacing.active);
     const uint32_t left_everywhere = published - issued;  // modular: the counters only wrap
     const uint32_t left_here = static_cast<uint32_t>(steps - issued_here);
-    *hold = active > 1 && static_cast<uint64_t>(left_here + slack) * active <
-                              static_cast<uint64_t>(left_everywhere);
+    *hold = p.pacing_slack > 0 && active > 1 &&
+            static_cast<uint64_t>(left_here + slack) * active <
+                static_cast<uint64_t>(left_everywhere);
+    *boost = p.boost_slack > 0 && active > 1 &&
+             static_cast<uint64_t>(left_here) * active >
+                 static_cast<uint64_t>(left_everywhere) +
+                     static_cast<uint64_t>(boost_slack) * active;
     __nanosleep(kPacingPollNs);
   }
 }

@@ -135,7 +135,7 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
   // parity wait cannot miss a phase; with one stage it could, and the launch leaves the
   // throttle off there.
   // (Read from the parameter block at each use: the producer warpgroup has 24 registers.)
-  const bool paced = kMayPace && p.pacing_slack > 0 && steps > 0;
+  const bool paced = kMayPace && (p.pacing_slack > 0 || p.boost_slack > 0) && steps > 0;
   if (paced) {
     pacing_join(steps);
     if (first_step == 1) pacing_count_step(header, 1);
@@ -145,11 +145,16 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
   for (int i = first_step; i < steps; ++i, ring.advance(num_stages)) {
     const int32_t coord = smem.union_coords()[plan.slice_begin + i];  // flat: row; paged: page
     const RingCursor last = ring.previous(num_stages);  // step i - 1's slot (i > 0)
-    if (p.inflight_throttle >= 2 && i > 0) mbarrier_wait(&header.v_full[last.stage], last.phase);
+    const bool throttled = i > 0 && !(paced && pacing_boosted(header));
+    if (p.inflight_throttle >= 2 && throttled) {
+      mbarrier_wait(&header.v_full[last.stage], last.phase);
+    }
     if (paced && i >= kPacingFirstStep) pacing_wait_turn(header);
     load(false, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstKIssued);
-    if (p.inflight_throttle >= 1 && i > 0) mbarrier_wait(&header.k_full[last.stage], last.phase);
+    if (p.inflight_throttle >= 1 && throttled) {
+      mbarrier_wait(&header.k_full[last.stage], last.phase);
+    }
     load(true, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstIssued);
     if (paced) pacing_count_step(header, i + 1);
