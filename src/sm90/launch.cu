@@ -150,8 +150,9 @@ struct TileConfig {
 // FLASHMSA_TUNE_ONE_TOKEN (0: never the one-token kernel, 2: also for up to 8 rows a request),
 // FLASHMSA_TUNE_DECODE_LIKE (1: the one-consumer decode shape for any call),
 // FLASHMSA_TUNE_THROTTLE (0, 1, 2: K/V loads in flight per CTA, producer.cuh),
-// FLASHMSA_TUNE_PACE and FLASHMSA_TUNE_BOOST (0 off, else 1 + slack in blocks: pacing of
-// one-wave grids, pacing.cuh: hold CTAs ahead of the mean, unthrottle those behind it),
+// FLASHMSA_TUNE_PACE (0 off, else 1 + slack in blocks) and FLASHMSA_TUNE_BOOST (0 off, else
+// 9 + slack in quarter blocks, 1-17): pacing of one-wave grids (pacing.cuh) holds CTAs below
+// the mean of steps left, and unthrottles those above it,
 // FLASHMSA_TUNE_CTAS_PER_SM (1: one decode CTA per SM, deep pipeline, whatever the grid),
 // FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFILL_STAGES
 // (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
@@ -544,7 +545,7 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   p.pacing_slack =
       tiles.inflight_throttle > 0 ? tuning_override("FLASHMSA_TUNE_PACE", 0, 0, 9) : 0;
   p.boost_slack =
-      tiles.inflight_throttle > 0 ? tuning_override("FLASHMSA_TUNE_BOOST", 0, 0, 9) : 0;
+      tiles.inflight_throttle > 0 ? tuning_override("FLASHMSA_TUNE_BOOST", 0, 0, 17) : 0;
 
   constexpr double kLog2e = 1.4426950408889634;
   p.scale_log2 = static_cast<float>(static_cast<double>(args.softmax_scale) *

@@ -37,6 +37,8 @@ constexpr int kPacingFirstStep = 4;
 constexpr unsigned kPacingPollNs = 400;
 constexpr unsigned kPacingHoldPollNs = 100;
 constexpr int kPacingMaxHoldPolls = 64;
+// p.boost_slack's zero: values 1-17 are slacks of -2 to +2 blocks in quarters.
+constexpr int kBoostSlackZero = 9;
 
 __device__ __forceinline__ uint32_t load_relaxed(const uint32_t* counter) {
   uint32_t value;
@@ -75,11 +77,13 @@ __device__ __forceinline__ void pacing_wait_turn(const SmemHeader& header) {
 // issued its last step, compares this CTA's steps left with the running CTAs' mean and tells
 // the producer whether to hold. Hold when (mine + slack) x active < everyone's left, i.e. mine
 // is more than `slack` blocks below the mean.
-// With p.boost_slack, a CTA more than that slack above the mean is told to boost: the
-// producer then keeps both stages in flight (no throttle) until it is back near the mean.
+// With p.boost_slack, a CTA more than (p.boost_slack - kBoostSlackZero) / 4 blocks above the
+// mean is told to boost: the producer then keeps both stages in flight (no throttle) until it
+// is back near the mean.
 __device__ inline void pace(const PrefillParams& p, SmemHeader& header, int steps) {
   const uint32_t slack = static_cast<uint32_t>(p.pacing_slack - 1);
-  const uint32_t boost_slack = static_cast<uint32_t>(p.boost_slack - 1);
+  // In quarter blocks, either side of the mean.
+  const int64_t boost_slack = static_cast<int64_t>(p.boost_slack) - kBoostSlackZero;
   const volatile int32_t* progress = &header.pacing_progress;
   volatile int32_t* hold = &header.pacing_hold;
   volatile int32_t* boost = &header.pacing_boost;
@@ -93,9 +97,8 @@ __device__ inline void pace(const PrefillParams& p, SmemHeader& header, int step
             static_cast<uint64_t>(left_here + slack) * active <
                 static_cast<uint64_t>(left_everywhere);
     *boost = p.boost_slack > 0 && active > 1 &&
-             static_cast<uint64_t>(left_here) * active >
-                 static_cast<uint64_t>(left_everywhere) +
-                     static_cast<uint64_t>(boost_slack) * active;
+             4 * static_cast<int64_t>(left_here) * active >
+                 4 * static_cast<int64_t>(left_everywhere) + boost_slack * active;
     __nanosleep(kPacingPollNs);
   }
 }

@@ -102,7 +102,8 @@ struct PrefillParams {
   // Pacing of one-wave multi-token prediction grids (pacing.cuh): 0 off, else 1 + the slack in
   // blocks by which a CTA's steps left may fall below the running CTAs' mean before it holds.
   int32_t pacing_slack;
-  // 0 off, else 1 + the slack in blocks above the mean past which a CTA loads unthrottled.
+  // 0 off, else kBoostSlackZero + the slack in quarter blocks (either side of the mean) past
+  // which a CTA loads unthrottled (pacing.cuh).
   int32_t boost_slack;
 };
 
