@@ -121,7 +121,6 @@ struct SmemHeader {
   uint64_t received_full;
   // Pacing (pacing.cuh): the producer's steps issued, for the pacer; the pacer's verdict.
   int32_t pacing_progress;
-  int32_t pacing_hold;
   int32_t pacing_boost;
 };
 

@@ -150,9 +150,7 @@ struct TileConfig {
 // FLASHMSA_TUNE_ONE_TOKEN (0: never the one-token kernel, 2: also for up to 8 rows a request),
 // FLASHMSA_TUNE_DECODE_LIKE (1: the one-consumer decode shape for any call),
 // FLASHMSA_TUNE_THROTTLE (0, 1, 2: K/V loads in flight per CTA, producer.cuh),
-// FLASHMSA_TUNE_PACE (0 off, else 1 + slack in blocks) and FLASHMSA_TUNE_BOOST (0 off, else
-// 9 + slack in quarter blocks, 1-17): pacing of one-wave grids (pacing.cuh) holds CTAs below
-// the mean of steps left, and unthrottles those above it,
+// FLASHMSA_TUNE_PACE (0 off, else 9 + slack in quarter blocks, 1-17: pacing.cuh),
 // FLASHMSA_TUNE_CTAS_PER_SM (1: one decode CTA per SM, deep pipeline, whatever the grid),
 // FLASHMSA_TUNE_STAGES (the decode kernel's most stages, 1-4), FLASHMSA_TUNE_PREFILL_STAGES
 // (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
@@ -540,12 +538,14 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
       p.smem_layout.num_stages >= 2
           ? tuning_override("FLASHMSA_TUNE_THROTTLE", tiles.inflight_throttle, 0, 2)
           : 0;
-  // Pacing (pacing.cuh) only where the throttle's rule holds: grids of one wave, whose call ends
-  // with its slowest CTA. FLASHMSA_TUNE_PACE = 1 + slack in blocks; 0 off.
-  p.pacing_slack =
-      tiles.inflight_throttle > 0 ? tuning_override("FLASHMSA_TUNE_PACE", 0, 0, 9) : 0;
-  p.boost_slack =
-      tiles.inflight_throttle > 0 ? tuning_override("FLASHMSA_TUNE_BOOST", 0, 0, 17) : 0;
+  // Pacing (pacing.cuh) where the throttle's rule holds (grids of one wave, whose call ends
+  // with its slowest CTA): a CTA with more blocks left than the running CTAs' mean loads
+  // unthrottled. Measured (H200, 8 tokens a request, docs/performance.md, twentieth session):
+  // batch 32 213.2 us against 215.2-215.7, 24 165.1 against 170.6, 16 114.9 against 118.4, 8
+  // 64.2 against 65.9; slacks of -0.5 to -2 blocks were slower, +0.5 the same.
+  p.pacing_slack = tiles.inflight_throttle > 0
+                       ? tuning_override("FLASHMSA_TUNE_PACE", sm90::kPacingSlackZero, 0, 17)
+                       : 0;
 
   constexpr double kLog2e = 1.4426950408889634;
   p.scale_log2 = static_cast<float>(static_cast<double>(args.softmax_scale) *

@@ -99,12 +99,13 @@ struct PrefillParams {
   // Planning's entry_place: entry e of a tile's list is token e / topk. Last, so that the
   // fields before it keep the offsets (and the constant-cache lines) they were measured with.
   FastDivisor topk_divisor;
-  // Pacing of one-wave multi-token prediction grids (pacing.cuh): 0 off, else 1 + the slack in
-  // blocks by which a CTA's steps left may fall below the running CTAs' mean before it holds.
+  // Pacing of one-wave multi-token prediction grids (pacing.cuh): 0 off, else kPacingSlackZero
+  // + the slack in quarter blocks (either side of the running CTAs' mean of steps left) past
+  // which a CTA loads unthrottled.
   int32_t pacing_slack;
-  // 0 off, else kBoostSlackZero + the slack in quarter blocks (either side of the mean) past
-  // which a CTA loads unthrottled (pacing.cuh).
-  int32_t boost_slack;
 };
+
+// PrefillParams::pacing_slack's zero: values 1-17 are slacks of -2 to +2 blocks in quarters.
+constexpr int kPacingSlackZero = 9;
 
 }  // namespace flashmsa::sm90

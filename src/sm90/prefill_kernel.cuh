@@ -89,7 +89,6 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   if (threadIdx.x == 0) {
     init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true);
     smem.header().pacing_progress = 0;
-    smem.header().pacing_hold = 0;
     smem.header().pacing_boost = 0;
   } else if (threadIdx.x == 32) {
     prefetch_tensor_map(&params.tma_k);
@@ -113,8 +112,7 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     registers_decrease<Roles::kProducerRegisters>();
     if (threadIdx.x == 0) {
       produce<kConsumers == 2>(params, smem, plan, work.kv_head, speculative);
-    } else if (kConsumers == 2 && threadIdx.x == 32 &&
-               (params.pacing_slack > 0 || params.boost_slack > 0)) {
+    } else if (kConsumers == 2 && threadIdx.x == 32 && params.pacing_slack > 0) {
       pace(params, smem.header(), plan.slice_end - plan.slice_begin);
     }
   } else {

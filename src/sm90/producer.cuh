@@ -102,8 +102,9 @@ __device__ __forceinline__ void wait_for_speculative_load(const Smem& smem) {
 // first block go out together from one stretch of code. A speculative load is waited for
 // first (stage 0 must not receive two copies at once); if it is the slice's first block, its
 // landing is forwarded to the stage-0 barriers (a plain arrive completes their phase), else the
-// block is loaded again. kMayPace (the two-consumer kernel): p.pacing_slack > 0 paces the
-// loads (pacing.cuh); the one-token decode kernel never does, and compiles none of it.
+// block is loaded again. kMayPace (the two-consumer kernel): with p.pacing_slack > 0 the pacer
+// may exempt the CTA from the throttle (pacing.cuh); the one-token decode kernel compiles none
+// of it.
 template <bool kMayPace = false>
 __device__ inline void produce(const PrefillParams& p, const Smem& smem, const TilePlan& plan,
                                int kv_head, const SpeculativeLoad& speculative) {
@@ -135,7 +136,7 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
   // parity wait cannot miss a phase; with one stage it could, and the launch leaves the
   // throttle off there.
   // (Read from the parameter block at each use: the producer warpgroup has 24 registers.)
-  const bool paced = kMayPace && (p.pacing_slack > 0 || p.boost_slack > 0) && steps > 0;
+  const bool paced = kMayPace && p.pacing_slack > 0 && steps > 0;
   if (paced) {
     pacing_join(steps);
     if (first_step == 1) pacing_count_step(header, 1);
@@ -149,7 +150,6 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
     if (p.inflight_throttle >= 2 && throttled) {
       mbarrier_wait(&header.v_full[last.stage], last.phase);
     }
-    if (paced && i >= kPacingFirstStep) pacing_wait_turn(header);
     load(false, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstKIssued);
     if (p.inflight_throttle >= 1 && throttled) {
