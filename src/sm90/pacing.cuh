@@ -27,7 +27,8 @@ struct PacingCounters {
   uint32_t active;     // CTAs still issuing
 };
 
-// One per translation unit, i.e. per instantiated kernel: a call uses its own kernel's.
+// One per translation unit (prefill_bf16.cu, prefill_fp16.cu), shared by that file's kernels;
+// calls on one stream run one after the other, each leaving the counters at zero.
 static __device__ PacingCounters g_pacing;
 
 // The pacer's poll period. The producer issues a block about every 2 us at batch 32.
