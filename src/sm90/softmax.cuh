@@ -84,36 +84,20 @@ struct OnlineSoftmax {
       // A row that sees every key of the block (all but the causal edge's and the sequence
       // end's blocks) needs no mask: its scores are only scaled, the same values without the
       // two instructions per score of the column test.
-      const float row_block_max = visible[h] >= kScores * 2
-                                      ? scale_row(s, h, scale_log2)
-                                      : scale_and_mask_row(s, h, visible[h], scale_log2);
+      const float row_block_max =
+          visible[h] >= kScores * 2
+              ? scale_and_mask_row</*kMasked=*/false>(s, h, visible[h], scale_log2)
+              : scale_and_mask_row(s, h, visible[h], scale_log2);
       const float block_max = max_over_row_quad(row_block_max);
       correction[h] = exponentiate_row(s, h, block_max, temperature);
     }
     pack_probabilities<Element>(s, p);
   }
 
-  // scale_and_mask_row for a row whose every column is visible.
-  template <int kScores>
-  __device__ __forceinline__ static float scale_row(float (&s)[kScores], int h,
-                                                    float scale_log2) {
-    constexpr int kTiles = kScores / 4;
-    float row_block_max = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        float& x = s[4 * j + 2 * h + c];
-        x *= scale_log2;
-        row_block_max = fmaxf(row_block_max, x);
-      }
-    }
-    return row_block_max;
-  }
-
   // The first half of update for row h: its scores scaled, columns >= visible masked to -inf,
   // and their max over this thread's columns (the caller reduces it over the quad, or further).
-  template <int kScores>
+  // kMasked = false: the caller knows every column is visible, so the column test is left out.
+  template <bool kMasked = true, int kScores>
   __device__ __forceinline__ static float scale_and_mask_row(float (&s)[kScores], int h,
                                                              int visible, float scale_log2) {
     constexpr int kTiles = kScores / 4;  // n-tiles of 8 columns
@@ -124,7 +108,7 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         float& x = s[4 * j + 2 * h + c];
-        x = (8 * j + column_base + c < visible) ? x * scale_log2 : -INFINITY;
+        x = (!kMasked || 8 * j + column_base + c < visible) ? x * scale_log2 : -INFINITY;
         row_block_max = fmaxf(row_block_max, x);
       }
     }
