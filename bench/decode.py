@@ -90,7 +90,8 @@ def build_cases(args):
                          max(c.kv_lens) <= 1300 and c.batch <= 8]
     cases = [DecodeCase(n, "issue4", b, ql, [kv] * b, target=t, vllm=v)
              for n, b, kv, ql, t, v in ISSUE4]
-    return cases + suite_cases({"full"} if args.quick else {"full", "low-latency"})
+    low_latency = not args.quick or args.low_latency
+    return cases + suite_cases({"full", "low-latency"} if low_latency else {"full"})
 
 
 class PagedCache:
@@ -218,6 +219,8 @@ def weighted(rows, suite):
 
 def main():
     p = common.base_parser(__doc__.splitlines()[0])
+    p.add_argument("--low-latency", action="store_true",
+                   help="with --quick: also the published suite's low-latency rows (batch 1-4)")
     args = p.parse_args()
     common.check_device(args.device)
     heads = (8, 2, 4) if args.device == "cpu" else (64, 4, 16)

@@ -10,6 +10,9 @@ the decode suite's weighted figure, one column per run, and keeps each run's log
 A build may name environment settings after its library (`,NAME=VALUE` each), so that a
 launch override is compared as a build of its own.
 
+`--low-latency` adds the decode suite's low-latency rows (batch 1-4, 8 query tokens per request,
+weight 0 in the suite's figure) to each run and to the table.
+
 `--bench prefill` does the same with the quick prefill benchmark at S = 32768 (the three M3
 patterns' useful TFLOP/s and the production-weighted aggregate), for kernel changes that move
 prefill_kernel.
@@ -30,7 +33,7 @@ ISSUE_ROWS = ("b1_kv32768", "b16_kv32768", "b64_kv32768", "b128_kv32768", "b64_k
               "mtp8_b32_kv32768")
 
 
-def run_once(label, build, out_dir, index, timeout, bench):
+def run_once(label, build, out_dir, index, timeout, bench, low_latency=False):
     """One quick benchmark with `build` ("library[,NAME=VALUE...]"): decode {row: (us, GB/s)}
     plus the suite and the copy, or prefill {row: (ms, useful TFLOP/s)} plus the aggregate."""
     library, *settings = build.split(",")
@@ -41,6 +44,8 @@ def run_once(label, build, out_dir, index, timeout, bench):
                os.path.join(out_dir, f"ab_{index}_{label}")]
     if bench == "prefill":  # msa only: the baselines do not move between libraries
         command += ["--sizes", "32768", "--impls", "msa", "--production-impls", "msa"]
+    elif low_latency:
+        command.append("--low-latency")
     with open(log_path, "w") as log:
         subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
                        check=False)
@@ -67,6 +72,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=90, help="seconds per benchmark run")
     parser.add_argument("--bench", choices=("decode", "prefill"), default="decode")
+    parser.add_argument("--low-latency", action="store_true",
+                        help="decode: also the suite's low-latency rows")
     args = parser.parse_args()
     builds = [build.split("=", 1) for build in args.builds]
     os.makedirs(args.out, exist_ok=True)
@@ -75,20 +82,24 @@ def main():
         for label, library in builds:
             index = len(columns) + 1
             columns.append((f"{label} #{index}", run_once(label, library, args.out, index,
-                                                           args.timeout, args.bench)))
-    print("case".ljust(20) + "".join(name.rjust(16) for name, _ in columns))
+                                                           args.timeout, args.bench,
+                                                           args.low_latency)))
+    print("case".ljust(26) + "".join(name.rjust(16) for name, _ in columns))
     # Rows with a time: "<time> <rate>"; whole-run figures (suite, copy, aggregate): the rate.
     if args.bench == "prefill":
         names, timed, whole = PREFILL_ROWS, "{:.3f}ms {:.1f}", "{:.1f} TF"
     else:
-        names, timed, whole = ISSUE_ROWS + ("suite", "copy"), "{:.2f} us {:.0f}", "{:.0f} GB/s"
+        low_latency_rows = tuple(dict.fromkeys(row for _, rows in columns for row in rows
+                                               if row.startswith("low-latency")))
+        names = ISSUE_ROWS + low_latency_rows + ("suite", "copy")
+        timed, whole = "{:.2f} us {:.0f}", "{:.0f} GB/s"
     for row in names:
         cells = []
         for _, rows in columns:
             time, rate = rows.get(row, (None, None))
             cells.append("-" if rate is None else
                          (whole.format(rate) if time is None else timed.format(time, rate)))
-        print(row.ljust(20) + "".join(cell.rjust(16) for cell in cells))
+        print(row.ljust(26) + "".join(cell.rjust(16) for cell in cells))
 
 if __name__ == "__main__":
     main()

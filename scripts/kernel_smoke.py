@@ -106,10 +106,15 @@ def decode_topk_sweep():
 
 def decode_kernel_times():
     """Per-kernel device times (torch.profiler) of a few decode calls: the split kernel and the
-    merge kernel apart, to see where a small batch's time goes."""
+    merge kernel apart, to see where a small batch's time goes. KERNEL_CASES="8x8x100000,1x1"
+    times those instead (batch x tokens [x KV length, 32768 when left out])."""
     from torch.profiler import ProfilerActivity, profile
-    for batch in (1, 16, 64):
-        args = decode_case(batch, 1, 32768)
+    cases = ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768))
+    if os.environ.get("KERNEL_CASES"):
+        cases = tuple((*(int(n) for n in case.split("x")), 32768)[:3]
+                      for case in os.environ["KERNEL_CASES"].split(","))
+    for batch, tokens, kv_len in cases:
+        args = decode_case(batch, tokens, kv_len)
         for _ in range(3):
             flashmsa.msa_sparse_attention(**args)
         torch.cuda.synchronize()
@@ -119,9 +124,8 @@ def decode_kernel_times():
             torch.cuda.synchronize()
         for event in prof.key_averages():
             if event.device_type.name == "CUDA" and event.count >= 20:
-                print(f"kernels b{batch:3d} {event.key[:60]:60s} x{event.count} "
-                      f"{event.device_time:8.1f} us avg",
-                      flush=True)
+                print(f"kernels b{batch:3d} t{tokens} kv{kv_len:6d} {event.key[:60]:60s} "
+                      f"x{event.count} {event.device_time:8.1f} us avg", flush=True)
 
 
 def decode_tuning_sweep(settings=None):

@@ -17,11 +17,12 @@ import os
 import subprocess
 import sys
 
-CASES = ((1, 1), (16, 1), (64, 1), (128, 1), (32, 8))  # (batch, query tokens per request), KV 32768, M3 heads
-# TIMELINE_CASES="1x1,16x1" runs only those (batch x tokens), e.g. under a launch override that
-# would make the other cases' output huge.
+# (batch, query tokens per request, KV length), M3 heads
+CASES = ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768), (32, 8, 32768))
+# TIMELINE_CASES="1x1,16x1,8x8x100000" runs only those (batch x tokens [x KV length, 32768 when
+# left out]), e.g. under a launch override that would make the other cases' output huge.
 if os.environ.get("TIMELINE_CASES"):
-    CASES = tuple(tuple(int(n) for n in case.split("x"))
+    CASES = tuple((*(int(n) for n in case.split("x")), 32768)[:3]
                   for case in os.environ["TIMELINE_CASES"].split(","))
 CALLS = 4
 
@@ -31,10 +32,10 @@ def run_cases():
     import torch
     import flashmsa
     from kernel_smoke import decode_case
-    for batch, tokens in CASES:
-        args = decode_case(batch, tokens, 32768)
+    for batch, tokens, kv_len in CASES:
+        args = decode_case(batch, tokens, kv_len)
         for call in range(CALLS):
-            print(f"=== b{batch} t{tokens} call {call}", flush=True)
+            print(f"=== b{batch} t{tokens} kv{kv_len} call {call}", flush=True)
             flashmsa.msa_sparse_attention(**args)
             torch.cuda.synchronize()
 

@@ -1,6 +1,7 @@
 // The one-token decode kernel: one CTA per (query token, KV head, KV split) of a call whose
-// requests hold one query token each (decode batches), at most 16 query heads per KV head and
-// topk <= 32. It computes what prefill_kernel computes for such a call, with a start made for
+// requests hold one query token each (decode batches), or a few whose rows fit one CTA per SM
+// (multi-token prediction at small batches: split_rules.h), at most 16 query heads per KV head
+// and topk <= 32. It computes what prefill_kernel computes for such a call, with a start made for
 // latency:
 //   warp 0      plans the token in registers (index entries, the request's lengths and offset
 //               in one round of loads; the pages of the selected blocks in a second one, read
@@ -14,8 +15,8 @@
 // (docs/performance.md). Here nothing stands between the two rounds of loads and the first TMA.
 // The consumers are threads 32..159; their index within the warpgroup is threadIdx.x % 128, a
 // permutation of 0..127, which is all the consumer and the reduction rely on. Any row-to-request
-// mapping is right (the plan searches when row t is not request t's), so the measurement override
-// FLASHMSA_TUNE_ONE_TOKEN=2 can also send requests of several rows here, one CTA per row.
+// mapping is right (the plan searches when row t is not request t's), so requests of several
+// rows come here too, one CTA per row.
 #pragma once
 
 #include <stdint.h>

@@ -147,7 +147,8 @@ struct TileConfig {
 // Measurement overrides of the shape-derived launch choices, for sweeps on the GPU machine
 // (scripts/kernel_smoke.py --tune): FLASHMSA_TUNE_SPLITS, FLASHMSA_TUNE_TILES_OUTER,
 // FLASHMSA_TUNE_EVICT_FIRST, FLASHMSA_TUNE_SPECULATE and FLASHMSA_TUNE_DEEP_PIPELINE (0 or 1),
-// FLASHMSA_TUNE_ONE_TOKEN (0: never the one-token kernel, 2: also for up to 8 rows a request),
+// FLASHMSA_TUNE_ONE_TOKEN (0: never the one-token kernel, 2: for every call of up to 8 rows a
+// request, split_rules.h),
 // FLASHMSA_TUNE_DECODE_LIKE (1: the one-consumer decode shape for any call),
 // FLASHMSA_TUNE_THROTTLE (0, 1, 2: K/V loads in flight per CTA, producer.cuh),
 // FLASHMSA_TUNE_PACE (0 off, else 9 + slack in quarter blocks, 1-17: pacing.cuh),
@@ -218,16 +219,15 @@ TileConfig tile_config(const flashmsa_args& args) {
   // Decode-like calls (at most one warpgroup's tokens per request on average) run the
   // one-consumer kernel, two CTAs per SM, with tiles of one warpgroup's tokens.
   const int32_t rows_tokens = sm90::kRowsPerWarpgroup / c.heads_per_chunk;
-  // One query row per request (decode batches), at most 16 heads per KV head and 32 index
-  // entries per row: the one-token decode kernel, whose tiles are single rows.
-  // FLASHMSA_TUNE_ONE_TOKEN=2 (a measurement) also sends calls of up to 8 rows per request
-  // there (multi-token prediction), each row its own tile.
-  const int32_t one_token_mode = tuning_override("FLASHMSA_TUNE_ONE_TOKEN", 1, 0, 2);
+  const int64_t sms = multiprocessor_count(args.device_index);
+  // At most 16 heads per KV head and 32 index entries per row: the one-token decode kernel,
+  // whose tiles are single rows, for decode batches and for multi-token prediction whose rows
+  // fit one CTA per SM (split_rules.h).
   const bool one_token_shape = args.total_q <= INT32_MAX && group_size <= sm90::kDecodeRows &&
                                topk <= 32;
-  c.one_token_kernel =
-      one_token_shape && ((one_token_mode >= 1 && args.total_q == args.batch_size) ||
-                          (one_token_mode == 2 && args.total_q <= 8 * args.batch_size));
+  c.one_token_kernel = sm90::takes_one_token_kernel(
+      one_token_shape, args.total_q, args.batch_size, args.num_kv_heads, sms,
+      tuning_override("FLASHMSA_TUNE_ONE_TOKEN", 1, 0, 2));
   // FLASHMSA_TUNE_DECODE_LIKE=1 (a measurement): the one-consumer shape for any call, its tiles
   // one warpgroup's tokens (multi-token prediction of 8 tokens: two tiles a request).
   const bool decode_like = args.total_q <= args.batch_size * rows_tokens || c.one_token_kernel ||
@@ -260,7 +260,6 @@ TileConfig tile_config(const flashmsa_args& args) {
           ? args.batch_size * ((uniform_rows + c.tokens_per_tile - 1) / c.tokens_per_tile)
           : std::min(query_tiles + args.batch_size, args.total_q);
   const int64_t units = likely_tiles * args.num_kv_heads * c.num_head_chunks;
-  const int64_t sms = multiprocessor_count(args.device_index);
   const int64_t slots = sms * c.ctas_per_sm;
   const int64_t max_union = std::min<int64_t>(c.tokens_per_tile, tokens_per_request) * topk;
   // Measured on the H200 (docs/performance.md): an extra split costs more than it gains once the

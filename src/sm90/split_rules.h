@@ -1,6 +1,6 @@
-// Split-count rules of the sm90 launch (launch.cu: tile_config) that are pure functions of
-// shapes, apart from the CUDA code so that the CPU test suite checks them
-// (tests/cpp/test_split_rules.cpp).
+// Rules of the sm90 launch (launch.cu: tile_config) that are pure functions of shapes: which
+// calls the one-token kernel takes and how many splits its short slices get, apart from the
+// CUDA code so that the CPU test suite checks them (tests/cpp/test_split_rules.cpp).
 #pragma once
 
 #include <stdint.h>
@@ -8,6 +8,27 @@
 #include <algorithm>
 
 namespace flashmsa::sm90 {
+
+// The one-token decode kernel runs one CTA per (query row, KV head[, split]), each row its own
+// tile; it takes calls of kernel-shaped heads (`one_token_shape`: at most 16 query heads per KV
+// head, topk <= 32) that are decode batches (one row per request), and calls of at most 8 rows
+// per request (multi-token prediction) whose rows x KV heads fit one CTA per SM. There its short
+// start (about 3 us to the first K, against about 7 for the two-consumer kernel's sorted plan of
+// the request's union and its merge kernel) outweighs reading a block once per row that
+// selects it rather than once per request; past one CTA per SM two rows share an SM's intake
+// and the union's sharing wins. Measured (H200, 8 rows a request, rotating inputs,
+// docs/performance.md): batch 1 13.2-13.8 us against 24.6-26.2 at KV 32000-200000, batch 4
+// 12.1-34.2 against 20.1-44.5 at KV 1000-200000 (128 CTAs); batch 5 37.9 against 28.4 at KV
+// 4000 (160 CTAs), batch 8 49.5 against 33.3. `mode` is FLASHMSA_TUNE_ONE_TOKEN: 0 never, 1
+// this rule, 2 every call of at most 8 rows per request (a measurement).
+inline bool takes_one_token_kernel(bool one_token_shape, int64_t total_q, int64_t batch_size,
+                                   int64_t num_kv_heads, int64_t multiprocessors, int32_t mode) {
+  if (!one_token_shape || mode == 0) return false;
+  if (total_q == batch_size) return true;
+  const bool few_rows_per_request = total_q <= 8 * batch_size;
+  if (mode == 2) return few_rows_per_request;
+  return few_rows_per_request && total_q * num_kv_heads <= multiprocessors;
+}
 
 // One-token splits of fewer than 8 blocks run faster with some SMs left free: at most 17/20 of
 // the SMs' worth of CTAs (112 of 132), then the fewest splits whose longest slice is as short

@@ -1,6 +1,8 @@
-// The one-token launch's cap on short splits (src/sm90/split_rules.h): the split counts the
-// H200 measurements chose at batch 1-24 (M3 heads: 4 KV heads a request, topk 16), the same rule
-// on other SM counts, and its invariants over a sweep of shapes.
+// The launch rules of src/sm90/split_rules.h: which calls the one-token kernel takes (the H200
+// measurements' choices for multi-token prediction, other SM counts, the override, invariants),
+// and the one-token launch's cap on short splits: the split counts the H200 measurements chose
+// at batch 1-24 (M3 heads: 4 KV heads a request, topk 16), the same rule on other SM counts,
+// and its invariants over a sweep of shapes.
 #include <gtest/gtest.h>
 #include <stdint.h>
 
@@ -9,9 +11,82 @@
 namespace {
 
 using flashmsa::sm90::short_one_token_splits;
+using flashmsa::sm90::takes_one_token_kernel;
 
 constexpr int64_t kH200Sms = 132;
 constexpr int64_t kTopk = 16;
+constexpr int64_t kM3KvHeads = 4;
+constexpr int32_t kRule = 1;  // FLASHMSA_TUNE_ONE_TOKEN unset
+
+struct RowsPerRequest {
+  int64_t batch;
+  int64_t rows;  // per request
+  bool one_token;
+};
+
+TEST(TakesOneTokenKernel, MeasuredH200Choices) {
+  // Faster on the one-token kernel at every KV length measured (1000-200000): rows x 4 KV
+  // heads <= 132. Slower at short KV (4000): batch 5 and 8 with 8 rows, 32 with 2, 16 with 4.
+  const RowsPerRequest cases[] = {
+      {1, 8, true},  {2, 8, true},   {3, 8, true},   {4, 8, true},   {5, 8, false},
+      {6, 8, false}, {8, 8, false},  {32, 8, false}, {1, 2, true},   {4, 2, true},
+      {16, 2, true}, {32, 2, false}, {2, 4, true},   {8, 4, true},   {16, 4, false},
+      {1, 1, true},  {64, 1, true},  {128, 1, true}, {1000, 1, true},
+  };
+  for (const RowsPerRequest& c : cases) {
+    EXPECT_EQ(takes_one_token_kernel(true, c.batch * c.rows, c.batch, kM3KvHeads, kH200Sms, kRule),
+              c.one_token)
+        << "batch " << c.batch << " x " << c.rows << " rows";
+  }
+}
+
+TEST(TakesOneTokenKernel, RowsPastEightPerRequestOrOtherShapesDoNot) {
+  // 16 rows of one request fit the SMs, but are a prefill chunk's tile.
+  EXPECT_FALSE(takes_one_token_kernel(true, 16, 1, kM3KvHeads, kH200Sms, kRule));
+  EXPECT_TRUE(takes_one_token_kernel(true, 8, 1, kM3KvHeads, kH200Sms, kRule));
+  // Heads or topk the kernel does not take: never, whatever the rows.
+  EXPECT_FALSE(takes_one_token_kernel(false, 64, 64, kM3KvHeads, kH200Sms, kRule));
+  EXPECT_FALSE(takes_one_token_kernel(false, 8, 1, kM3KvHeads, kH200Sms, kRule));
+}
+
+TEST(TakesOneTokenKernel, OneCtaPerSmScalesWithTheSmCountAndKvHeads) {
+  // 78 SMs (H20): 16 rows x 4 heads fit, 24 do not.
+  EXPECT_TRUE(takes_one_token_kernel(true, 16, 2, kM3KvHeads, 78, kRule));
+  EXPECT_FALSE(takes_one_token_kernel(true, 24, 3, kM3KvHeads, 78, kRule));
+  // One KV head: 132 rows fit on the H200, 136 do not.
+  EXPECT_TRUE(takes_one_token_kernel(true, 132, 33, 1, kH200Sms, kRule));
+  EXPECT_FALSE(takes_one_token_kernel(true, 136, 17, 1, kH200Sms, kRule));
+}
+
+TEST(TakesOneTokenKernel, Overrides) {
+  // 0: never, not even a decode batch; 2: every call of at most 8 rows per request.
+  EXPECT_FALSE(takes_one_token_kernel(true, 64, 64, kM3KvHeads, kH200Sms, 0));
+  EXPECT_TRUE(takes_one_token_kernel(true, 256, 32, kM3KvHeads, kH200Sms, 2));
+  EXPECT_FALSE(takes_one_token_kernel(true, 264, 32, kM3KvHeads, kH200Sms, 2));
+  EXPECT_FALSE(takes_one_token_kernel(false, 8, 8, kM3KvHeads, kH200Sms, 2));
+}
+
+TEST(TakesOneTokenKernel, InvariantsOverShapes) {
+  for (int64_t sms : {16, 78, 132}) {
+    for (int64_t heads : {1, 2, 4, 8}) {
+      for (int64_t batch = 1; batch <= 40; ++batch) {
+        for (int64_t total_q = 0; total_q <= 12 * batch; ++total_q) {
+          SCOPED_TRACE(testing::Message() << "sms " << sms << " heads " << heads << " batch "
+                                          << batch << " rows " << total_q);
+          const bool rule = takes_one_token_kernel(true, total_q, batch, heads, sms, kRule);
+          // Decode batches always; otherwise only within the forced mode's calls, and only
+          // where the rows fit one CTA per SM.
+          if (total_q == batch) ASSERT_TRUE(rule);
+          if (rule) {
+            ASSERT_TRUE(takes_one_token_kernel(true, total_q, batch, heads, sms, 2));
+            ASSERT_TRUE(total_q == batch || total_q * heads <= sms);
+          }
+          ASSERT_FALSE(takes_one_token_kernel(true, total_q, batch, heads, sms, 0));
+        }
+      }
+    }
+  }
+}
 
 struct SmallBatch {
   int64_t batch;

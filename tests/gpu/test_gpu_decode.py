@@ -171,12 +171,13 @@ def test_decode_cache_views(view):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("scratch", ["allocator", "workspace"])
-@pytest.mark.parametrize("batch,qlen", [(3, 1), (8, 8), (64, 8), (128, 1)])
+@pytest.mark.parametrize("batch,qlen", [(3, 1), (3, 8), (8, 8), (64, 8), (128, 1)])
 def test_decode_graph_replay_with_new_inputs(batch, qlen, scratch, dtype):
     """Capture once on step A's buffers, copy step B's inputs (new q, K/V pages, indices, page
     table and lengths; same shapes) into them, replay: equal to an eager call on B bitwise, and
     right. B's lengths are a permutation of A's, so every shape, page count included, matches.
-    Batch 8 with 8 tokens is a paced one-wave grid of four splits (pacing.cuh)."""
+    Batch 3 with 8 tokens runs the one-token kernel, one CTA per row (split_rules.h); batch 8
+    with 8 tokens is a paced one-wave grid of four splits (pacing.cuh)."""
     step_a = decode_case(batch, qlen, dtype, seed=91)
     lengths_b = list(reversed(kv_lengths(batch, seed=91)))
     step_b = decode_case(batch, qlen, dtype, seed=92, lengths=lengths_b)

@@ -7,8 +7,9 @@ take:
 - flat K/V, explicit q_offset (an int and one per request), non-causal calls;
 - topk 1, topk at the kernel's limit (32) and one past it (prefill_kernel), with garbage ids;
 - group sizes 1 and 17 (17 is past the kernel's 16: prefill_kernel), fp16;
-- the split reductions forced through the tune overrides (pull and push at two CTAs per SM),
-  and requests of 2 and 8 rows sent to the kernel by FLASHMSA_TUNE_ONE_TOKEN=2;
+- the split reductions forced through the tune overrides (pull and push at two CTAs per SM);
+- requests of 2, 4 and 8 rows, which the launch rule sends here while their rows fit one CTA
+  per SM (the kernel each launch picks, checked by name), and the overrides past the rule;
 - the split counts that the small-batch rule (launch.cu) picks at batch 4-11: 6, 4, 3 and 2
   splits of 16 blocks (some slices uneven);
 - flat and paged calls on the same logical data, bitwise equal;
@@ -162,15 +163,50 @@ def test_one_token_small_batch_splits(batch):
     check_gpu_result(case, run_gpu(case))
 
 
-@pytest.mark.parametrize("qlen", [2, 8])
-def test_one_token_kernel_for_multi_row_requests(qlen, monkeypatch):
-    """FLASHMSA_TUNE_ONE_TOKEN=2 (a measurement of multi-token prediction on this kernel) sends
-    requests of up to 8 rows here, each row its own tile: the row's request is never its own
-    index, so every plan takes the search, and rows of one request have their own causal
-    positions."""
-    monkeypatch.setenv("FLASHMSA_TUNE_ONE_TOKEN", "2")
-    lengths = [30000, 4097, 129, 9000]
-    case = make_case(f"one-token-forced-q{qlen}", [qlen] * len(lengths), lengths,
-                     M3["num_qo_heads"], M3["num_kv_heads"], 16, True, seed=209 + qlen,
+def kernels_launched(case):
+    """The names of the kernels one GPU call of `case` launches, and its result."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        got = run_gpu(case)
+    names = {event.key for event in prof.key_averages() if event.device_type.name == "CUDA"}
+    return names, got
+
+
+# (requests, rows per request) on both sides of the launch rule on the H200's 132 SMs: rows x
+# 4 KV heads <= SMs take the one-token kernel, one CTA per row (src/sm90/split_rules.h).
+MULTI_ROW_CALLS = [(4, 8), (5, 8), (1, 2), (16, 2), (2, 4), (16, 4)]
+
+
+@pytest.mark.parametrize("batch,qlen", MULTI_ROW_CALLS)
+def test_one_token_kernel_for_multi_row_requests(batch, qlen):
+    """Multi-token prediction at small batches runs here by default, each row its own tile: the
+    row's request is never its own index, so every plan takes the search, and rows of one
+    request have their own causal positions. Past one CTA per SM the two-consumer kernel takes
+    the call. Ragged KV lengths (below 128, not multiples of 128, past 1024 pages)."""
+    sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
+    kernel = "decode_kernel" if batch * qlen * M3["num_kv_heads"] <= sms else "prefill_kernel"
+    lengths = ([30000, 4097, 129, 9000, 77, 140000, 256, 20000] * 2)[:batch]
+    case = make_case(f"multi-row-b{batch}-q{qlen}", [qlen] * batch, lengths,
+                     M3["num_qo_heads"], M3["num_kv_heads"], 16, True, seed=209 + qlen + batch,
                      layout="paged")
-    check_gpu_result(case, run_gpu(case))
+    names, got = kernels_launched(case)
+    assert any(kernel in name for name in names), \
+        f"[{case.name}] expected {kernel}, launched {sorted(names)}"
+    check_gpu_result(case, got)
+
+
+@pytest.mark.parametrize("mode,batch", [("2", 8), ("0", 2)])
+def test_multi_row_requests_forced(mode, batch, monkeypatch):
+    """FLASHMSA_TUNE_ONE_TOKEN=2 sends any call of at most 8 rows per request to the one-token
+    kernel (batch 8 x 8 rows: two CTAs per SM), and 0 keeps small multi-token calls on the
+    two-consumer kernel's split launch (batch 2: its merge kernel), the paths the rule leaves."""
+    monkeypatch.setenv("FLASHMSA_TUNE_ONE_TOKEN", mode)
+    lengths = [30000, 4097, 129, 9000, 77, 140000, 256, 20000][:batch]
+    case = make_case(f"multi-row-forced-{mode}-b{batch}", [8] * batch, lengths,
+                     M3["num_qo_heads"], M3["num_kv_heads"], 16, True, seed=219 + batch,
+                     layout="paged")
+    names, got = kernels_launched(case)
+    kernel = "decode_kernel" if mode == "2" else "prefill_kernel"
+    assert any(kernel in name for name in names), \
+        f"[{case.name}] expected {kernel}, launched {sorted(names)}"
+    check_gpu_result(case, got)
