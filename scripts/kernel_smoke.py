@@ -86,6 +86,15 @@ def time_call(args, reps=20):
     return times[len(times) // 2] * 1e-3
 
 
+def cases_from_env(name, default):
+    """The decode cases an environment variable names, "BxT[xKV],..." (batch x query tokens per
+    request x KV length, 32768 when left out), as (batch, tokens, kv_len); `default` if unset."""
+    if not os.environ.get(name):
+        return default
+    return tuple((*(int(n) for n in case.split("x")), 32768)[:3]
+                 for case in os.environ[name].split(","))
+
+
 def decode_case(batch, tokens, kv_len, pattern="random", seed=0, topk=16):
     """MiniMax-M3 decode: paged cache, `tokens` query tokens per request, causal."""
     return make_case(batch, 64, 4, topk, [tokens] * batch, [kv_len] * batch, True,
@@ -109,10 +118,7 @@ def decode_kernel_times():
     merge kernel apart, to see where a small batch's time goes. KERNEL_CASES="8x8x100000,1x1"
     times those instead (batch x tokens [x KV length, 32768 when left out])."""
     from torch.profiler import ProfilerActivity, profile
-    cases = ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768))
-    if os.environ.get("KERNEL_CASES"):
-        cases = tuple((*(int(n) for n in case.split("x")), 32768)[:3]
-                      for case in os.environ["KERNEL_CASES"].split(","))
+    cases = cases_from_env("KERNEL_CASES", ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768)))
     for batch, tokens, kv_len in cases:
         args = decode_case(batch, tokens, kv_len)
         for _ in range(3):
@@ -138,11 +144,8 @@ def decode_tuning_sweep(settings=None):
     docs/performance.md records the earlier sweeps."""
     cases = ((1, 1, 32768), (8, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768),
              (64, 1, 131072), (32, 8, 32768))
-    # TUNE_CASES="1x1,16x1,128x8x1000" sweeps only those (batch x tokens [x KV length, 32768
-    # when left out]).
-    if os.environ.get("TUNE_CASES"):
-        cases = tuple((*(int(n) for n in case.split("x")), 32768)[:3]
-                      for case in os.environ["TUNE_CASES"].split(","))
+    # TUNE_CASES="1x1,16x1,128x8x1000" sweeps only those (cases_from_env).
+    cases = cases_from_env("TUNE_CASES", cases)
     settings = list(settings or [("FLASHMSA_TUNE_STAGES", "2"), ("FLASHMSA_TUNE_SPLITS", "1"),
                                  ("FLASHMSA_TUNE_SPLITS", "4"),
                                  ("FLASHMSA_TUNE_DEEP_PIPELINE", "1")])

@@ -17,13 +17,10 @@ import os
 import subprocess
 import sys
 
-# (batch, query tokens per request, KV length), M3 heads
+# (batch, query tokens per request, KV length), M3 heads. TIMELINE_CASES="1x1,16x1,8x8x100000"
+# runs only those (kernel_smoke.cases_from_env), e.g. under a launch override that would make
+# the other cases' output huge.
 CASES = ((1, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768), (32, 8, 32768))
-# TIMELINE_CASES="1x1,16x1,8x8x100000" runs only those (batch x tokens [x KV length, 32768 when
-# left out]), e.g. under a launch override that would make the other cases' output huge.
-if os.environ.get("TIMELINE_CASES"):
-    CASES = tuple((*(int(n) for n in case.split("x")), 32768)[:3]
-                  for case in os.environ["TIMELINE_CASES"].split(","))
 CALLS = 4
 
 
@@ -31,8 +28,8 @@ def run_cases():
     sys.path.insert(0, os.path.dirname(__file__))
     import torch
     import flashmsa
-    from kernel_smoke import decode_case
-    for batch, tokens, kv_len in CASES:
+    from kernel_smoke import cases_from_env, decode_case
+    for batch, tokens, kv_len in cases_from_env("TIMELINE_CASES", CASES):
         args = decode_case(batch, tokens, kv_len)
         for call in range(CALLS):
             print(f"=== b{batch} t{tokens} kv{kv_len} call {call}", flush=True)

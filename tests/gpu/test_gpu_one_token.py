@@ -163,13 +163,22 @@ def test_one_token_small_batch_splits(batch):
     check_gpu_result(case, run_gpu(case))
 
 
-def kernels_launched(case):
-    """The names of the kernels one GPU call of `case` launches, and its result."""
+# KV lengths of the multi-row calls' requests: below 128, not multiples of 128, past 1024 pages.
+MULTI_ROW_LENGTHS = [30000, 4097, 129, 9000, 77, 140000, 256, 20000] * 2
+
+
+def check_multi_row_call(name, batch, qlen, seed, kernel):
+    """Batch requests of qlen rows each: the call launches `kernel` (by name, through the
+    profiler) and is right."""
     from torch.profiler import ProfilerActivity, profile
+    case = make_case(name, [qlen] * batch, MULTI_ROW_LENGTHS[:batch], M3["num_qo_heads"],
+                     M3["num_kv_heads"], 16, True, seed=seed, layout="paged")
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         got = run_gpu(case)
     names = {event.key for event in prof.key_averages() if event.device_type.name == "CUDA"}
-    return names, got
+    assert any(kernel in name for name in names), \
+        f"[{case.name}] expected {kernel}, launched {sorted(names)}"
+    check_gpu_result(case, got)
 
 
 # (requests, rows per request) on both sides of the launch rule on the H200's 132 SMs: rows x
@@ -182,17 +191,10 @@ def test_one_token_kernel_for_multi_row_requests(batch, qlen):
     """Multi-token prediction at small batches runs here by default, each row its own tile: the
     row's request is never its own index, so every plan takes the search, and rows of one
     request have their own causal positions. Past one CTA per SM the two-consumer kernel takes
-    the call. Ragged KV lengths (below 128, not multiples of 128, past 1024 pages)."""
+    the call."""
     sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
     kernel = "decode_kernel" if batch * qlen * M3["num_kv_heads"] <= sms else "prefill_kernel"
-    lengths = ([30000, 4097, 129, 9000, 77, 140000, 256, 20000] * 2)[:batch]
-    case = make_case(f"multi-row-b{batch}-q{qlen}", [qlen] * batch, lengths,
-                     M3["num_qo_heads"], M3["num_kv_heads"], 16, True, seed=209 + qlen + batch,
-                     layout="paged")
-    names, got = kernels_launched(case)
-    assert any(kernel in name for name in names), \
-        f"[{case.name}] expected {kernel}, launched {sorted(names)}"
-    check_gpu_result(case, got)
+    check_multi_row_call(f"multi-row-b{batch}-q{qlen}", batch, qlen, 209 + qlen + batch, kernel)
 
 
 @pytest.mark.parametrize("mode,batch", [("2", 8), ("0", 2)])
@@ -201,12 +203,5 @@ def test_multi_row_requests_forced(mode, batch, monkeypatch):
     kernel (batch 8 x 8 rows: two CTAs per SM), and 0 keeps small multi-token calls on the
     two-consumer kernel's split launch (batch 2: its merge kernel), the paths the rule leaves."""
     monkeypatch.setenv("FLASHMSA_TUNE_ONE_TOKEN", mode)
-    lengths = [30000, 4097, 129, 9000, 77, 140000, 256, 20000][:batch]
-    case = make_case(f"multi-row-forced-{mode}-b{batch}", [8] * batch, lengths,
-                     M3["num_qo_heads"], M3["num_kv_heads"], 16, True, seed=219 + batch,
-                     layout="paged")
-    names, got = kernels_launched(case)
     kernel = "decode_kernel" if mode == "2" else "prefill_kernel"
-    assert any(kernel in name for name in names), \
-        f"[{case.name}] expected {kernel}, launched {sorted(names)}"
-    check_gpu_result(case, got)
+    check_multi_row_call(f"multi-row-forced-{mode}-b{batch}", batch, 8, 219 + batch, kernel)
