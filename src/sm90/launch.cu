@@ -92,10 +92,12 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encoder;
 }
 
-// K or V as a TMA tensor with 64-dim x 128-token boxes, 128-byte swizzle. Out-of-range boxes
-// (a flat request's last block past total_k) are zero-filled by the hardware.
+// K or V as a TMA tensor with 64-dim x 128-token boxes, 128-byte swizzle and the L2 promotion
+// tile_config chose. Out-of-range boxes (a flat request's last block past total_k) are
+// zero-filled by the hardware.
 CUtensorMap make_kv_tensor_map(const char* name, const void* base, const flashmsa_args& args,
-                               int64_t stride_page, int64_t stride_head, int64_t stride_token) {
+                               int64_t stride_page, int64_t stride_head, int64_t stride_token,
+                               CUtensorMapL2promotion promotion) {
   CUtensorMap map;
   std::memset(&map, 0, sizeof(map));
   const int64_t extent = args.is_paged ? args.num_pages : args.total_k;
@@ -116,7 +118,7 @@ CUtensorMap make_kv_tensor_map(const char* name, const void* base, const flashms
   CUresult status = tensor_map_encoder()(
       &map, type, args.is_paged ? 4 : 3, const_cast<void*>(base), dims, strides, box,
       element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS) {
     throw Error(FLASHMSA_ERROR_CUDA, std::string("cuTensorMapEncodeTiled failed for ") + name +
                                          " (error " + std::to_string(status) + ")");
@@ -135,6 +137,7 @@ struct TileConfig {
   bool push_reduce = false;  // params.h (smem_layout reads it before tile_config sets it)
   bool tiles_outer;      // params.h
   bool kv_evict_first;   // L2 policy of the K/V loads
+  CUtensorMapL2promotion kv_l2_promotion;  // of the K/V tensor maps
   int32_t inflight_throttle = 0;  // params.h (make_prefill_params applies it to rings of 2+ stages)
   // The one-token decode kernel (decode_kernel.cuh) instead of prefill_kernel: one CTA per
   // (query row, KV head, split).
@@ -157,8 +160,9 @@ struct TileConfig {
 // (the two-consumer kernel's, 2-4), FLASHMSA_TUNE_PUSH (0: one-token
 // cluster reductions pull instead of push), FLASHMSA_TUNE_CLUSTER (0: decode splits merge
 // through the workspace instead of their cluster), FLASHMSA_TUNE_SORTED_WARP_PLAN (0: the
-// two-consumer kernel plans block-wide, 2: its warp plan sorts, warp_plan_kind). Unset, or not
-// a number in [minimum, maximum], leaves the heuristic's value.
+// two-consumer kernel plans block-wide, 2: its warp plan sorts, warp_plan_kind),
+// FLASHMSA_TUNE_L2_PROMOTION (the K/V maps' L2 promotion: 0 none, 1 128 B, 2 256 B). Unset, or
+// not a number in [minimum, maximum], leaves the heuristic's value.
 int32_t tuning_override(const char* name, int32_t value, int32_t minimum, int32_t maximum) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return value;
@@ -371,6 +375,18 @@ TileConfig tile_config(const flashmsa_args& args) {
   // 173.5 against 176.1-176.2.
   c.kv_evict_first = tuning_override("FLASHMSA_TUNE_EVICT_FIRST",
                                      decode_like || one_tile_per_request, 0, 1) != 0;
+  // No L2 promotion of the K/V boxes (FLASHMSA_TUNE_L2_PROMOTION: 0 none, 1 128 B, 2 256 B).
+  // A box is 128 rows of 128 bytes, one 64-dim half of each key's 256-byte row, and both halves
+  // of a block are loaded back to back, so promotion to 256 bytes fetches nothing a box does
+  // not read anyway; yet it slows the reads of random 32 KiB blocks by 7% (scripts/
+  // gather_ceiling.cu: batch 64's blocks read in 68.3 us promoted, 63.9 not). Measured
+  // (H200, benchmark, docs/performance.md, twenty-second session): batch 64 71.2 -> 67.9 us,
+  // batch 128 134.6 -> 128.8, multi-token prediction 212.5 -> 197.0; prefill unchanged
+  // (aggregate 143.7 -> 143.9 TFLOP/s).
+  static constexpr CUtensorMapL2promotion kPromotions[] = {
+      CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B};
+  c.kv_l2_promotion = kPromotions[tuning_override("FLASHMSA_TUNE_L2_PROMOTION", 0, 0, 2)];
   return c;
 }
 
@@ -475,9 +491,9 @@ sm90::PrefillParams make_prefill_params(const flashmsa_args& args, const TileCon
   sm90::PrefillParams p;
   std::memset(&p, 0, sizeof(p));
   p.tma_k = make_kv_tensor_map("k", args.k, args, args.k_stride_page, args.k_stride_head,
-                               args.k_stride_token);
+                               args.k_stride_token, tiles.kv_l2_promotion);
   p.tma_v = make_kv_tensor_map("v", args.v, args, args.v_stride_page, args.v_stride_head,
-                               args.v_stride_token);
+                               args.v_stride_token, tiles.kv_l2_promotion);
   p.q = args.q;
   p.q_stride_token = args.q_stride_token;
   p.q_stride_head = args.q_stride_head;

@@ -140,3 +140,28 @@ def test_wide_page_table_plans_through_the_network():
     got = run_gpu(case)
     for what, g, w in zip(("out", "lse", "lse_t"), got, narrow):
         assert_bitwise(case.name, f"{what} with a 50000-column page table vs the narrow one", g, w)
+
+
+# The K/V tensor maps' L2 promotion (FLASHMSA_TUNE_L2_PROMOTION: 0 none, the default; 1 128 B;
+# 2 256 B) changes how L2 fetches the boxes, never what lands in shared memory, so every
+# setting gives the same bits. (name, q lens, k lens, Hq, Hkv, topk, layout): one-token decode
+# (split, paged, ragged below and past one block), multi-token prediction, flat prefill.
+PROMOTION_CASES = [
+    ("m3_decode_paged", [1, 1, 1], [77, 4097, 30000], 64, 4, 16, "paged"),
+    ("m3_mtp_paged", [8, 8], [5000, 1300], 64, 4, 16, "paged"),
+    ("m3_prefill_flat", [400], [2000], 64, 4, 16, "flat"),
+]
+
+
+@pytest.mark.parametrize("spec", PROMOTION_CASES, ids=lambda s: s[0])
+def test_l2_promotion_changes_no_bits(spec, monkeypatch):
+    label, lens_q, lens_k, hq, hkv, topk, layout = spec
+    case = make_case(f"promotion-{label}", lens_q, lens_k, hq, hkv, topk, True, seed=71,
+                     layout=layout)
+    default = run_gpu(case)
+    check_gpu_result(case, default)
+    for setting in ("1", "2"):
+        monkeypatch.setenv("FLASHMSA_TUNE_L2_PROMOTION", setting)
+        promoted = run_gpu(case)
+        for what, a, b in zip(("out", "lse", "lse_t"), promoted, default):
+            assert_bitwise(case.name, f"{what} with L2 promotion {setting} vs none", a, b)
