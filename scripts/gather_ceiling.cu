@@ -17,7 +17,14 @@
 // timed several times in a row (the first timing after setup against later ones), and the
 // last replay also records each launch's span from its first CTA's start to its last CTA's end
 // (global timer), which leaves out launch gaps. Rows vary the span the pages are drawn from
-// (48.8 GiB as in the benchmark, 4 GiB as in kernel_smoke, 1 GiB), and the bytes in flight.
+// (48.8 GiB as in the benchmark, 4 GiB as in kernel_smoke), the bytes in flight, and how a
+// block is loaded (one bulk copy; the kernel's two 64-dim TMA boxes, with or without L2
+// promotion and the evict-first hint; one 5-D box).
+//
+// First runs (H200, docs/gpu_runs/s22/call1 ... call6, docs/performance.md): batch 64's blocks
+// read in 64-66 us per call (4.1-4.2 TB/s) over 48.8 GiB as over 4 GiB; the kernel's boxes with
+// 256-byte L2 promotion took 68.3 us, without 63.9 (so ca69aeb dropped the promotion); with
+// the kernel's 2 us start and math holds mimicked, 67.4-67.9 us, the kernel's own time.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -310,14 +317,27 @@ int main(int argc, char** argv) {
       {"b16 split4 tma kernel", 16, 4, 1, 2, 48.8, tma, kPromote256, kEvictFirst},
       {"b1 split16 bulk", 1, 16, 1, 2, 48.8},
       {"b1 split16 tma kernel", 1, 16, 1, 2, 48.8, tma, kPromote256, kEvictFirst},
-      {"b64 tma kernel start 2us hold .2/.3", 64, 1, 1, 2, 48.8, tma, kPromote256, kEvictFirst,
+      // The kernel's loads since ca69aeb (no promotion), with its start and math mimicked.
+      {"b64 none start 2us hold .2/.3", 64, 1, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst, 4000,
+       400, 600},
+      {"b64 none start 1us hold .2/.3", 64, 1, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst, 2000,
+       400, 600},
+      {"b64 none hold .2/.3", 64, 1, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst, 0, 400, 600},
+      {"b64 none 3/SM start 2us hold .2/.3", 64, 1, 1, 3, 48.8, tma, kPromoteNone, kEvictFirst,
        4000, 400, 600},
-      {"b64 tma kernel hold .5/.5", 64, 1, 1, 2, 48.8, tma, kPromote256, kEvictFirst, 0, 1000,
-       1000},
-      {"b16 split2 tma kernel start 2us hold", 16, 2, 1, 2, 48.8, tma, kPromote256, kEvictFirst,
+      {"b64 none split2 start 2us hold .2/.3", 64, 2, 1, 2, 48.8, tma, kPromoteNone,
+       kEvictFirst, 4000, 400, 600},
+      {"b64 none 2 stages 1/SM start 2us hold", 64, 1, 2, 1, 48.8, tma, kPromoteNone,
+       kEvictFirst, 4000, 400, 600},
+      {"b16 split2 none", 16, 2, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst},
+      {"b16 split2 none start 2us hold .2/.3", 16, 2, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst,
        4000, 400, 600},
-      {"b1 split16 tma kernel start 2us hold", 1, 16, 1, 2, 48.8, tma, kPromote256, kEvictFirst,
+      {"b16 split4 none start 2us hold .2/.3", 16, 4, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst,
        4000, 400, 600},
+      {"b1 split16 none start 2us hold .2/.3", 1, 16, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst,
+       4000, 400, 600},
+      {"b1 split16 none start 1us hold .2/.3", 1, 16, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst,
+       2000, 400, 600},
       {"b64 bulk (again)", 64, 1, 1, 2, 48.8},
   };
   std::mt19937_64 rng(12345);
