@@ -35,33 +35,15 @@
 #include <random>
 #include <vector>
 
-#include "sm90/ptx.cuh"
+#include "probe_common.cuh"
 
 using namespace flashmsa::sm90;
-
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    cudaError_t status_ = (call);                                                          \
-    if (status_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
-                   cudaGetErrorString(status_));                                           \
-      return 1;                                                                            \
-    }                                                                                      \
-  } while (0)
 
 constexpr int kKvHeads = 4;
 constexpr int kBlocksPerItem = 16;
 constexpr uint32_t kHeadBlockBytes = 128 * 128 * 2;  // 128 keys x 128 dims, bf16: 32 KiB
 constexpr uint32_t kStageBytes = 2 * kHeadBlockBytes;  // K and V of one block
 constexpr int kMaxStages = 3;
-
-__device__ __forceinline__ void bulk_load(void* destination, const void* source, uint32_t bytes,
-                                          uint64_t* barrier) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-      ::"r"(smem_address(destination)), "l"(source), "r"(bytes), "r"(smem_address(barrier))
-      : "memory");
-}
 
 __device__ __forceinline__ void spin_cycles(uint32_t cycles) {
   const long long until = clock64() + cycles;

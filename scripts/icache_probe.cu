@@ -5,7 +5,7 @@
 // fetch; if another warp's run warms the SM's instruction cache, the idle consumer warps could
 // run the planner's code ahead of it.
 //
-//   nvcc -std=c++17 -O3 -arch=sm_90a -o build-probe/icache_probe scripts/icache_probe.cu
+//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc -o build-probe/icache_probe scripts/icache_probe.cu
 //   build-probe/icache_probe
 //
 // Each CTA's warps take turns (warp 0, then 1, then 0 again, one at a time) through one
@@ -19,15 +19,7 @@
 #include <cstdio>
 #include <vector>
 
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    cudaError_t status_ = (call);                                                          \
-    if (status_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
-                   cudaGetErrorString(status_));                                           \
-      return 1;                                                                            \
-    }                                                                                      \
-  } while (0)
+#include "probe_common.cuh"
 
 constexpr int kTurns = 3;        // warp 0, warp 1, warp 0
 constexpr int kSteps = 700;  // about 3 instructions each: some 30 KiB of code

@@ -35,19 +35,9 @@
 #include <numeric>
 #include <vector>
 
-#include "sm90/ptx.cuh"
+#include "probe_common.cuh"
 
 using namespace flashmsa::sm90;
-
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    cudaError_t status_ = (call);                                                          \
-    if (status_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
-                   cudaGetErrorString(status_));                                           \
-      return 1;                                                                            \
-    }                                                                                      \
-  } while (0)
 
 // ---- 1. GPC map ---------------------------------------------------------------------------
 
@@ -57,14 +47,6 @@ __global__ void record_cluster_sms(uint32_t* sm_of_cta) { sm_of_cta[blockIdx.x] 
 
 constexpr int kMaxStages = 6;
 constexpr uint32_t kStageBytes = 32 * 1024;
-
-__device__ __forceinline__ void bulk_load(void* destination, const void* source, uint32_t bytes,
-                                          uint64_t* barrier) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-      ::"r"(smem_address(destination)), "l"(source), "r"(bytes), "r"(smem_address(barrier))
-      : "memory");
-}
 
 // One thread issues, the block's other threads wait on the stages and touch one word of each
 // (so a stage is "consumed" before it is refilled, as a consumer would).
