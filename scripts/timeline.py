@@ -12,8 +12,17 @@ and the slowest CTAs in full (`--all` prints every CTA). It also gives the SM cl
 at and, where two CTAs shared an SM, how alike the two's loop ends were (a correlation near 1:
 the SM's place decides its bandwidth share; near 0: the CTAs' own luck does), with the SMs whose
 CTAs finished their loops last and first.
+
+`--graph` times the calls as the benchmark does instead: GRAPH_CALLS calls, each on its own
+input set, captured in one CUDA graph and replayed twice, with the bf16 decode kernels writing
+their marks into a ring in absolute %globaltimer ns (no printf, which would delay each CTA's
+exit and so the next call). It prints each call's phases on one clock from the first call's
+first entry, and between consecutive calls: when the next call's CTAs entered and passed
+their grid wait against this call's last CTA end (the programmatic launch's overlap).
 """
+import ctypes
 import os
+import re
 import subprocess
 import sys
 
@@ -99,7 +108,96 @@ def summarise_sms(rows):
     print("  SMs by mean loop end, first: " + " ".join(f"{sm}:{t:.1f}" for t, sm in means[:12]))
 
 
+GRAPH_CALLS = 4  # calls per graph; two replays fill the ring's 8 slots (timeline.cuh)
+GRAPH_CASES = ((1, 1, 32768), (16, 1, 32768))
+RING_CALLS, RING_CTAS = 8, 512  # kRingCalls, kRingCtas (sm90/timeline.cuh)
+
+
+def mark_names():
+    """The TimelineMark enum of sm90/timeline.cuh, in order (the ring's fields)."""
+    source = os.path.join(os.path.dirname(__file__), "..", "src", "sm90", "timeline.cuh")
+    body = re.search(r"enum TimelineMark \{(.*?)\};", open(source).read(), re.S).group(1)
+    body = re.sub(r"//[^\n]*", "", body)
+    names = [n.strip() for n in body.split(",") if n.strip()]
+    assert names[-1] == "kNumMarks", names
+    return names[:-1]
+
+
+def run_graph_cases():
+    """Each case's GRAPH_CALLS calls in one graph, replayed twice, read back from the ring."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    import torch
+    import flashmsa
+    from kernel_smoke import cases_from_env, decode_case
+    ring_control = ctypes.CDLL(os.environ["FLASHMSA_LIBRARY"]).flashmsa_timeline_ring_decode_bf16
+    ring_control.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    names = mark_names()
+    fields = len(names) + 2  # the marks, the SM, the end
+    for batch, tokens, kv_len in cases_from_env("TIMELINE_CASES", GRAPH_CASES):
+        sets = [decode_case(batch, tokens, kv_len, seed=s) for s in range(GRAPH_CALLS)]
+        assert ring_control(1, None, None) == 0, "ring mode"
+        for args in sets:  # configure and warm, as the benchmark's own warm-up does
+            flashmsa.msa_sparse_attention(**args)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for args in sets:
+                flashmsa.msa_sparse_attention(**args)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert ring_control(1, None, None) == 0, "ring reset"
+        for _ in range(RING_CALLS // GRAPH_CALLS):
+            graph.replay()
+        torch.cuda.synchronize()
+        ring = (ctypes.c_uint64 * (RING_CALLS * RING_CTAS * fields))()
+        calls = (ctypes.c_uint32 * RING_CTAS)()
+        assert ring_control(0, ring, calls) == 0, "ring read"
+        ctas = sum(1 for c in calls if c > 0)
+        assert all(calls[i] == RING_CALLS for i in range(ctas)), \
+            f"every CTA index must have recorded {RING_CALLS} calls: {list(calls[:ctas])}"
+        rows = [[dict(zip(names + ["sm", "end"],
+                          ring[(c * RING_CTAS + i) * fields:(c * RING_CTAS + i + 1) * fields]))
+                 for i in range(ctas)] for c in range(RING_CALLS)]
+        summarise_graph(f"b{batch} t{tokens} kv{kv_len}", rows)
+
+
+def summarise_graph(case, calls):
+    """Per call, each phase's min / median / max in us from the first call's first entry; then
+    the hand-over between consecutive calls of a replay."""
+    origin = min(r["kMarkEntry"] for r in calls[0])
+    shown = (("entry", "kMarkEntry"), ("waited", "kMarkWaited"), ("located", "kMarkLocated"),
+             ("k_issued", "kMarkFirstKIssued"), ("first_k", "kMarkFirstK"),
+             ("loop", "kMarkLoopDone"), ("end", "end"))
+
+    def spread(rows, key):
+        values = sorted((r[key] - origin) / 1000 for r in rows if r[key] > 0)
+        if not values:
+            return "-"
+        return f"{values[0]:.2f}/{values[len(values) // 2]:.2f}/{values[-1]:.2f}"
+
+    print(f"{case}: {len(calls[0])} CTAs a call, {len(calls)} calls ({GRAPH_CALLS} a graph, "
+          f"replayed {len(calls) // GRAPH_CALLS} times); us from call 0's first entry, "
+          "min/median/max over the CTAs")
+    for c, rows in enumerate(calls):
+        print(f"  call {c}: " + "  ".join(f"{label} {spread(rows, key)}" for label, key in shown))
+    print("  hand-over (the next call's first entry, and its first and last grid wait passed, "
+          "against this call's last end; us):")
+    for c in range(len(calls) - 1):
+        last_end = max(r["end"] for r in calls[c])
+        nxt = calls[c + 1]
+        first_entry = min(r["kMarkEntry"] for r in nxt)
+        waited = sorted(r["kMarkWaited"] for r in nxt if r["kMarkWaited"] > 0)
+        same_graph = (c + 1) % GRAPH_CALLS != 0
+        print(f"    call {c} -> {c + 1} ({'same replay' if same_graph else 'next replay'}): "
+              f"entry {(first_entry - last_end) / 1000:+.2f}  waited "
+              f"{(waited[0] - last_end) / 1000:+.2f} / {(waited[-1] - last_end) / 1000:+.2f}  "
+              f"period (last end to last end) {(max(r['end'] for r in nxt) - last_end) / 1000:.2f}")
+
+
 def main():
+    if sys.argv[1:] == ["--graph"]:
+        run_graph_cases()
+        return
     if sys.argv[1:] == ["--run"]:
         run_cases()
         return

@@ -12,3 +12,12 @@ int max_active_one_token_clusters(uint32_t shared_bytes, int cluster_size) {
                              cluster_size);
 }
 }  // namespace flashmsa::sm90
+
+#ifdef FLASHMSA_TIMELINE
+// The bf16 decode kernels' timeline ring (sm90/timeline.cuh; scripts/timeline.py --graph): a
+// cudaError_t, 0 on success. Only in timeline builds.
+extern "C" __attribute__((visibility("default"))) int flashmsa_timeline_ring_decode_bf16(
+    int mode, void* ring, void* calls) {
+  return static_cast<int>(flashmsa::sm90::timeline_ring_control(mode, ring, calls));
+}
+#endif

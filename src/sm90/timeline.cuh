@@ -14,6 +14,8 @@
 #include <stdint.h>
 
 #ifdef FLASHMSA_TIMELINE
+#include <cuda_runtime.h>
+
 #include <cstdio>
 
 #include "sm90/ptx.cuh"
@@ -39,6 +41,21 @@ enum TimelineMark {
 constexpr int kTimelineCtas = 2048;
 __device__ uint64_t g_timeline[kTimelineCtas][kNumMarks];  // clock64 at each mark
 __device__ uint64_t g_timeline_entry_ns[kTimelineCtas];     // %globaltimer at entry
+
+// Ring mode (scripts/timeline.py --graph): instead of printing, each CTA stores its row into a
+// ring of the last kRingCalls calls, every mark as absolute %globaltimer ns, so that the marks
+// of consecutive calls in a CUDA graph line up on one clock. A printf would delay the CTA's
+// exit by tens of microseconds, and with it the next call's start, which is what graph mode
+// measures. Call c of CTA index i (counted per index since the ring was reset) lands in slot
+// c % kRingCalls; every call launches each index once, so a slot holds one call's CTAs.
+// Each translation unit has its own ring (no relocatable device code); decode_bf16.cu
+// exports its own (flashmsa_timeline_ring_decode_bf16).
+constexpr int kRingCalls = 8;
+constexpr int kRingCtas = 512;
+constexpr int kRingFields = kNumMarks + 2;  // the marks (0: not reached), the SM, the end
+__device__ int g_timeline_ring_mode;
+__device__ uint32_t g_timeline_ring_calls[kRingCtas];
+__device__ uint64_t g_timeline_ring[kRingCalls][kRingCtas][kRingFields];
 
 __device__ __forceinline__ int timeline_slot(int thread = 128) {
   if (threadIdx.x != thread) return -1;
@@ -76,6 +93,18 @@ __device__ __forceinline__ void timeline_print() {
                ? 0ull
                : static_cast<unsigned long long>((t[mark] - entry) * ns_per_cycle);
   };
+  if (g_timeline_ring_mode) {
+    if (blockIdx.x >= kRingCtas) return;
+    const uint32_t call = atomicAdd(&g_timeline_ring_calls[blockIdx.x], 1u) % kRingCalls;
+    uint64_t* row = g_timeline_ring[call][blockIdx.x];
+    for (int m = 0; m < kNumMarks; ++m) {
+      const TimelineMark mark = static_cast<TimelineMark>(m);
+      row[m] = mark == kMarkEntry ? entry_ns : (since(mark) == 0 ? 0 : entry_ns + since(mark));
+    }
+    row[kNumMarks] = sm_id();
+    row[kNumMarks + 1] = end_ns;
+    return;
+  }
   printf("TL cta %d sm %u mhz %u entry_abs %llu waited %llu located %llu speculated %llu "
          "entries %llu negatives %llu "
          "candidates %llu deduplicated %llu compacted %llu planned %llu q %llu first_k %llu "
@@ -93,6 +122,26 @@ __device__ __forceinline__ void timeline_print() {
          since(kMarkClusterReady), since(kMarkPushed), since(kMarkOwnersReady),
          since(kMarkLseCombined), since(kMarkFirstIssued), since(kMarkProducerReleased),
          since(kMarkFirstKIssued), end_ns - entry_ns);
+}
+
+// Host, for one translation unit's ring: `ring` (kRingCalls x kRingCtas x kRingFields uint64)
+// and `calls` (kRingCtas uint32), where not null, receive the ring; then mode >= 0 sets ring
+// mode (1) or printing (0) and zeroes the call counters. Static: each unit reads its own
+// symbols.
+static inline cudaError_t timeline_ring_control(int mode, void* ring, void* calls) {
+  cudaError_t status = cudaSuccess;
+  if (ring) status = cudaMemcpyFromSymbol(ring, g_timeline_ring, sizeof(g_timeline_ring));
+  if (status == cudaSuccess && calls) {
+    status = cudaMemcpyFromSymbol(calls, g_timeline_ring_calls, sizeof(g_timeline_ring_calls));
+  }
+  if (status == cudaSuccess && mode >= 0) {
+    static const uint32_t zeros[kRingCtas] = {};
+    status = cudaMemcpyToSymbol(g_timeline_ring_mode, &mode, sizeof(mode));
+    if (status == cudaSuccess) {
+      status = cudaMemcpyToSymbol(g_timeline_ring_calls, zeros, sizeof(zeros));
+    }
+  }
+  return status;
 }
 
 }  // namespace flashmsa::sm90
