@@ -288,7 +288,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
   if (kConsumers == 1 && p.cluster_reduce) {
     publish_partial<kTemperatureLse>(smem, o, row_in_warpgroup, rows, scale, lse, lse_t);
     reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
-    FLASHMSA_TIMELINE_PRINT();
+    FLASHMSA_TIMELINE_RECORD();
     return;
   }
 #pragma unroll
@@ -318,7 +318,7 @@ __device__ inline void consume(const PrefillParams& p, const Smem& smem, const T
       }
     }
   }
-  FLASHMSA_TIMELINE_PRINT();
+  FLASHMSA_TIMELINE_RECORD();
 }
 
 }  // namespace flashmsa::sm90

@@ -328,7 +328,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
 
   if (p.push_reduce) {  // launch.cu sets it only with cluster_reduce
     reduce_by_push<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk, partial);
-    FLASHMSA_TIMELINE_PRINT();
+    FLASHMSA_TIMELINE_RECORD();
     return;
   }
   if (p.cluster_reduce) {
@@ -337,7 +337,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
                                        partial_lse_rows(smem) + partial.row,
                                        partial_lse_t_rows(smem) + partial.row);
     reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
-    FLASHMSA_TIMELINE_PRINT();
+    FLASHMSA_TIMELINE_RECORD();
     return;
   }
   const RowSource source = row_source(p, plan, 0, head_chunk, partial.row);
@@ -349,7 +349,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
       store_row_partial<kTemperatureLse>(partial, p.partial_out + partial_row * kHeadDim,
                                          p.partial_lse + partial_row,
                                          p.partial_lse_t + partial_row);
-      FLASHMSA_TIMELINE_PRINT();
+      FLASHMSA_TIMELINE_RECORD();
       return;
     }
     Element* out = static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) +
@@ -361,7 +361,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
       if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = partial.lse_t;
     }
   }
-  FLASHMSA_TIMELINE_PRINT();
+  FLASHMSA_TIMELINE_RECORD();
 }
 
 }  // namespace flashmsa::sm90

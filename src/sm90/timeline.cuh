@@ -1,22 +1,22 @@
 // Device timeline for diagnosis, compiled in only with -DFLASHMSA_TIMELINE=ON (CMake option; the
 // release kernels contain none of it). One thread of every CTA (thread 128, a consumer thread,
 // which also takes part in block-wide planning; planning and the producer's marks are thread 0's)
-// stores the SM's cycle counter at phase boundaries into a device array, and after its epilogue
-// prints its CTA's row: its SM, the SM clock over the CTA (MHz), the entry time in absolute ns
-// (%globaltimer), then each phase in ns from
-// entry, 0 for a phase the CTA did not reach (`TL cta ...` lines; scripts/timeline.py summarises
-// them over the CTAs and lists the slowest). The cycles become ns through the CTA's own ratio of
-// %globaltimer to cycles between entry and print: a mark is then one clock read and one store,
-// with no global-timer read in the phase it measures. Stores, not printf, at the marks: a printf
-// costs tens of microseconds and would be the timeline.
+// stores the SM's cycle counter at phase boundaries, and after its epilogue records its CTA's
+// row in a ring of the last kRingCalls calls: each mark in absolute %globaltimer ns (0 for a
+// phase the CTA did not reach), its SM, its SM clock (MHz) and its end. The host reads the
+// ring (flashmsa_timeline_ring_*, exported by decode_bf16.cu and prefill_bf16.cu; each
+// translation unit has its own, there being no relocatable device code), and
+// scripts/timeline.py summarises it, for eager calls or for consecutive calls in a CUDA graph.
+// The cycles become ns through the CTA's own ratio of %globaltimer to cycles between entry and
+// record: a mark is one clock read and one store, with no global-timer read in the phase it
+// measures. No printf anywhere: a printf costs tens of microseconds at the CTA's exit, and a
+// kernel that holds one launches more slowly, which a graph's consecutive calls would show.
 #pragma once
 
 #include <stdint.h>
 
 #ifdef FLASHMSA_TIMELINE
 #include <cuda_runtime.h>
-
-#include <cstdio>
 
 #include "sm90/ptx.cuh"
 
@@ -38,28 +38,26 @@ enum TimelineMark {
 };
 
 // CTAs past this many are not recorded (the timeline cases have at most 512).
-constexpr int kTimelineCtas = 2048;
-__device__ uint64_t g_timeline[kTimelineCtas][kNumMarks];  // clock64 at each mark
-__device__ uint64_t g_timeline_entry_ns[kTimelineCtas];     // %globaltimer at entry
+constexpr int kTimelineCtas = 512;
+// The marks' staging rows, by CTA index and by the launch's %gridid modulo kStagingGrids:
+// with programmatic launch, the next call's CTA of the same index enters before this one has
+// recorded its row, and a row per index alone would be cleared under it.
+constexpr int kStagingGrids = 4;
+__device__ uint64_t g_timeline[kStagingGrids][kTimelineCtas][kNumMarks];  // clock64 at marks
+__device__ uint64_t g_timeline_entry_ns[kStagingGrids][kTimelineCtas];     // %globaltimer
 
-// Ring mode (scripts/timeline.py --graph): instead of printing, each CTA stores its row into a
-// ring of the last kRingCalls calls, every mark as absolute %globaltimer ns, so that the marks
-// of consecutive calls in a CUDA graph line up on one clock. A printf would delay the CTA's
-// exit by tens of microseconds, and with it the next call's start, which is what graph mode
-// measures. Call c of CTA index i (counted per index since the ring was reset) lands in slot
-// c % kRingCalls; every call launches each index once, so a slot holds one call's CTAs.
-// Each translation unit has its own ring (no relocatable device code); decode_bf16.cu
-// exports its own (flashmsa_timeline_ring_decode_bf16).
+// The ring: call c of CTA index i (counted per index since the host reset it) in slot
+// c % kRingCalls. Every call launches each index once, and a call's CTAs record only after
+// the previous call has completed (its grid wait), so a slot holds one call's CTAs.
 constexpr int kRingCalls = 8;
-constexpr int kRingCtas = 512;
-constexpr int kRingFields = kNumMarks + 2;  // the marks (0: not reached), the SM, the end
-__device__ int g_timeline_ring_mode;
-__device__ uint32_t g_timeline_ring_calls[kRingCtas];
-__device__ uint64_t g_timeline_ring[kRingCalls][kRingCtas][kRingFields];
+constexpr int kRingFields = kNumMarks + 3;  // the marks, the SM, its clock (MHz), the end
+__device__ uint32_t g_timeline_ring_calls[kTimelineCtas];
+__device__ uint64_t g_timeline_ring[kRingCalls][kTimelineCtas][kRingFields];
 
-__device__ __forceinline__ int timeline_slot(int thread = 128) {
-  if (threadIdx.x != thread) return -1;
-  return blockIdx.x < kTimelineCtas ? static_cast<int>(blockIdx.x) : -1;
+__device__ __forceinline__ int timeline_staging() {
+  uint64_t grid;
+  asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+  return static_cast<int>(grid % kStagingGrids);
 }
 
 __device__ __forceinline__ uint64_t timeline_cycles() {
@@ -71,75 +69,49 @@ __device__ __forceinline__ uint64_t timeline_cycles() {
 // The entry mark clears the CTA's row (an earlier call's values would pass for this one's); the
 // marks by thread 0 come later (after the first block barrier, or after planning's loads).
 __device__ __forceinline__ void timeline_mark(TimelineMark mark, int thread = 128) {
-  const int slot = timeline_slot(thread);
-  if (slot < 0) return;
+  if (threadIdx.x != thread || blockIdx.x >= kTimelineCtas) return;
+  const int staging = timeline_staging();
+  uint64_t* row = g_timeline[staging][blockIdx.x];
   if (mark == kMarkEntry) {
-    for (int m = 0; m < kNumMarks; ++m) g_timeline[slot][m] = 0;
-    g_timeline_entry_ns[slot] = global_timer_ns();
+    for (int m = 0; m < kNumMarks; ++m) row[m] = 0;
+    g_timeline_entry_ns[staging][blockIdx.x] = global_timer_ns();
   }
-  g_timeline[slot][mark] = timeline_cycles();
+  row[mark] = timeline_cycles();
 }
 
-__device__ __forceinline__ void timeline_print() {
-  const int slot = timeline_slot();
-  if (slot < 0) return;
-  const uint64_t* t = g_timeline[slot];
+__device__ __forceinline__ void timeline_record() {
+  if (threadIdx.x != 128 || blockIdx.x >= kTimelineCtas) return;
+  const int staging = timeline_staging();
+  const uint64_t* t = g_timeline[staging][blockIdx.x];
   const uint64_t entry = t[kMarkEntry], end = timeline_cycles();
-  const uint64_t entry_ns = g_timeline_entry_ns[slot], end_ns = global_timer_ns();
+  const uint64_t entry_ns = g_timeline_entry_ns[staging][blockIdx.x], end_ns = global_timer_ns();
   const double ns_per_cycle =
       end > entry ? static_cast<double>(end_ns - entry_ns) / static_cast<double>(end - entry) : 0.0;
-  auto since = [&](TimelineMark mark) {
-    return t[mark] == 0 || t[mark] < entry
-               ? 0ull
-               : static_cast<unsigned long long>((t[mark] - entry) * ns_per_cycle);
-  };
-  if (g_timeline_ring_mode) {
-    if (blockIdx.x >= kRingCtas) return;
-    const uint32_t call = atomicAdd(&g_timeline_ring_calls[blockIdx.x], 1u) % kRingCalls;
-    uint64_t* row = g_timeline_ring[call][blockIdx.x];
-    for (int m = 0; m < kNumMarks; ++m) {
-      const TimelineMark mark = static_cast<TimelineMark>(m);
-      row[m] = mark == kMarkEntry ? entry_ns : (since(mark) == 0 ? 0 : entry_ns + since(mark));
-    }
-    row[kNumMarks] = sm_id();
-    row[kNumMarks + 1] = end_ns;
-    return;
+  const uint32_t call = atomicAdd(&g_timeline_ring_calls[blockIdx.x], 1u) % kRingCalls;
+  uint64_t* row = g_timeline_ring[call][blockIdx.x];
+  for (int m = 0; m < kNumMarks; ++m) {
+    row[m] = m == kMarkEntry ? entry_ns
+             : t[m] == 0 || t[m] < entry
+                 ? 0
+                 : entry_ns + static_cast<uint64_t>((t[m] - entry) * ns_per_cycle);
   }
-  printf("TL cta %d sm %u mhz %u entry_abs %llu waited %llu located %llu speculated %llu "
-         "entries %llu negatives %llu "
-         "candidates %llu deduplicated %llu compacted %llu planned %llu q %llu first_k %llu "
-         "scores %llu softmax %llu first_v %llu last_k %llu loop %llu published %llu joined %llu "
-         "reduced %llu cluster_ready %llu pushed %llu owners_ready %llu "
-         "lse_combined %llu issued %llu released %llu k_issued %llu end %llu\n",
-         blockIdx.x, sm_id(), ns_per_cycle > 0.0 ? static_cast<unsigned>(1000.0 / ns_per_cycle) : 0u,
-         entry_ns, since(kMarkWaited), since(kMarkLocated), since(kMarkSpeculated),
-         since(kMarkEntriesRead),
-         since(kMarkNegativesCut), since(kMarkCandidates), since(kMarkSorted),
-         since(kMarkCompacted), since(kMarkPlanned), since(kMarkQueriesLoaded),
-         since(kMarkFirstK), since(kMarkFirstScores), since(kMarkFirstSoftmax),
-         since(kMarkFirstV), since(kMarkLastK), since(kMarkLoopDone), since(kMarkPublished),
-         since(kMarkClusterJoined), since(kMarkReduced),
-         since(kMarkClusterReady), since(kMarkPushed), since(kMarkOwnersReady),
-         since(kMarkLseCombined), since(kMarkFirstIssued), since(kMarkProducerReleased),
-         since(kMarkFirstKIssued), end_ns - entry_ns);
+  row[kNumMarks] = sm_id();
+  row[kNumMarks + 1] = ns_per_cycle > 0.0 ? static_cast<uint64_t>(1000.0 / ns_per_cycle) : 0;
+  row[kNumMarks + 2] = end_ns;
 }
 
-// Host, for one translation unit's ring: `ring` (kRingCalls x kRingCtas x kRingFields uint64)
-// and `calls` (kRingCtas uint32), where not null, receive the ring; then mode >= 0 sets ring
-// mode (1) or printing (0) and zeroes the call counters. Static: each unit reads its own
-// symbols.
-static inline cudaError_t timeline_ring_control(int mode, void* ring, void* calls) {
+// Host, for one translation unit's ring: `ring` (kRingCalls x kTimelineCtas x kRingFields
+// uint64) and `calls` (kTimelineCtas uint32), where not null, receive the ring; then, if
+// `reset`, the call counters are zeroed. Static: each unit reads its own symbols.
+static inline cudaError_t timeline_ring_control(void* ring, void* calls, int reset) {
   cudaError_t status = cudaSuccess;
   if (ring) status = cudaMemcpyFromSymbol(ring, g_timeline_ring, sizeof(g_timeline_ring));
   if (status == cudaSuccess && calls) {
     status = cudaMemcpyFromSymbol(calls, g_timeline_ring_calls, sizeof(g_timeline_ring_calls));
   }
-  if (status == cudaSuccess && mode >= 0) {
-    static const uint32_t zeros[kRingCtas] = {};
-    status = cudaMemcpyToSymbol(g_timeline_ring_mode, &mode, sizeof(mode));
-    if (status == cudaSuccess) {
-      status = cudaMemcpyToSymbol(g_timeline_ring_calls, zeros, sizeof(zeros));
-    }
+  if (status == cudaSuccess && reset) {
+    static const uint32_t zeros[kTimelineCtas] = {};
+    status = cudaMemcpyToSymbol(g_timeline_ring_calls, zeros, sizeof(zeros));
   }
   return status;
 }
@@ -153,7 +125,7 @@ static inline cudaError_t timeline_ring_control(int mode, void* ring, void* call
   if (condition) ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark)
 #define FLASHMSA_MARK_IF_BY(condition, thread, mark) \
   if (condition) ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark, thread)
-#define FLASHMSA_TIMELINE_PRINT() ::flashmsa::sm90::timeline_print()
+#define FLASHMSA_TIMELINE_RECORD() ::flashmsa::sm90::timeline_record()
 
 #else
 
@@ -161,6 +133,6 @@ static inline cudaError_t timeline_ring_control(int mode, void* ring, void* call
 #define FLASHMSA_MARK_BY(thread, mark) ((void)0)
 #define FLASHMSA_MARK_IF(condition, mark) ((void)0)
 #define FLASHMSA_MARK_IF_BY(condition, thread, mark) ((void)0)
-#define FLASHMSA_TIMELINE_PRINT() ((void)0)
+#define FLASHMSA_TIMELINE_RECORD() ((void)0)
 
 #endif
