@@ -51,7 +51,7 @@ PHASES = (("waited", "kMarkWaited"), ("located", "kMarkLocated"),
           ("published", "kMarkPublished"), ("cluster_ready", "kMarkClusterReady"),
           ("pushed", "kMarkPushed"), ("owners_ready", "kMarkOwnersReady"),
           ("joined", "kMarkClusterJoined"), ("lse_combined", "kMarkLseCombined"),
-          ("reduced", "kMarkReduced"), ("end", "end"))
+          ("reduced", "kMarkReduced"), ("end", "end"), ("exit", "exit"))
 
 
 def mark_names():
@@ -73,7 +73,7 @@ class Rings:
             control = getattr(library, f"flashmsa_timeline_ring_{unit}")
             control.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
             self.controls.append(control)
-        self.fields = mark_names() + ["sm", "mhz", "end"]
+        self.fields = mark_names() + ["sm", "mhz", "end", "exit"]
 
     def reset(self):
         for control in self.controls:
@@ -203,7 +203,7 @@ def summarise_graph(case, calls):
     origin = min(r["kMarkEntry"] for r in calls[0])
     shown = (("entry", "kMarkEntry"), ("waited", "kMarkWaited"), ("located", "kMarkLocated"),
              ("k_issued", "kMarkFirstKIssued"), ("first_k", "kMarkFirstK"),
-             ("loop", "kMarkLoopDone"), ("end", "end"))
+             ("loop", "kMarkLoopDone"), ("end", "end"), ("exit", "exit"))
 
     def spread(rows, key):
         values = sorted((r[key] - origin) / 1000 for r in rows if r[key] > 0)
@@ -216,18 +216,18 @@ def summarise_graph(case, calls):
     for c, rows in enumerate(calls):
         print(f"  call {c}: " + "  ".join(f"{label} {spread(rows, key)}" for label, key in shown))
     print("  hand-over (the next call's first entry, and its first and last grid wait passed, "
-          "against this call's last end; us):")
+          "against this call's last CTA exit; us):")
     for c in range(len(calls) - 1):
-        last_end = max(r["end"] for r in calls[c])
+        last_end = max(r["exit"] for r in calls[c])
         following = calls[c + 1]
         first_entry = min(r["kMarkEntry"] for r in following)
         waited = sorted(r["kMarkWaited"] for r in following if r["kMarkWaited"] > 0)
-        period = (max(r["end"] for r in following) - last_end) / 1000
+        period = (max(r["exit"] for r in following) - last_end) / 1000
         where = "same replay" if (c + 1) % GRAPH_CALLS else "next replay"
         passed = (f"{(waited[0] - last_end) / 1000:+.2f} / {(waited[-1] - last_end) / 1000:+.2f}"
                   if waited else "-")
         print(f"    call {c} -> {c + 1} ({where}): entry {(first_entry - last_end) / 1000:+.2f}  "
-              f"waited {passed}  period (last end to last end) {period:.2f}")
+              f"waited {passed}  period (last exit to last exit) {period:.2f}")
 
 
 def main():

@@ -50,7 +50,8 @@ __device__ uint64_t g_timeline_entry_ns[kStagingGrids][kTimelineCtas];     // %g
 // c % kRingCalls. Every call launches each index once, and a call's CTAs record only after
 // the previous call has completed (its grid wait), so a slot holds one call's CTAs.
 constexpr int kRingCalls = 8;
-constexpr int kRingFields = kNumMarks + 3;  // the marks, the SM, its clock (MHz), the end
+// The marks, the SM, its clock (MHz), the end of the CTA's work and its exit (timeline_record).
+constexpr int kRingFields = kNumMarks + 4;
 __device__ uint32_t g_timeline_ring_calls[kTimelineCtas];
 __device__ uint64_t g_timeline_ring[kRingCalls][kTimelineCtas][kRingFields];
 
@@ -85,7 +86,6 @@ __device__ __forceinline__ void timeline_record() {
   const uint64_t* t = g_timeline[staging][blockIdx.x];
   const uint64_t entry = t[kMarkEntry], end = timeline_cycles();
   const uint64_t entry_ns = g_timeline_entry_ns[staging][blockIdx.x], end_ns = global_timer_ns();
-  // (end / end_ns: the clock ratio's end, before the record's own loads.)
   const double ns_per_cycle =
       end > entry ? static_cast<double>(end_ns - entry_ns) / static_cast<double>(end - entry) : 0.0;
   const uint32_t call = atomicAdd(&g_timeline_ring_calls[blockIdx.x], 1u) % kRingCalls;
@@ -98,10 +98,11 @@ __device__ __forceinline__ void timeline_record() {
   }
   row[kNumMarks] = sm_id();
   row[kNumMarks + 1] = ns_per_cycle > 0.0 ? static_cast<uint64_t>(1000.0 / ns_per_cycle) : 0;
-  // The end is read last, after the staging row's loads and the ring slot's atomic (two L2 round
-  // trips, about 1 us): it is then the CTA's exit but for one store, which the hand-over between
-  // graph calls (timeline.py --graph) is measured from.
-  row[kNumMarks + 2] = global_timer_ns();
+  row[kNumMarks + 2] = end_ns;
+  // The exit is read last, after the staging row's loads and the ring slot's atomic (two L2
+  // round trips): the CTA's exit but for one store, which the hand-over between graph calls
+  // (timeline.py --graph) is measured from.
+  row[kNumMarks + 3] = global_timer_ns();
 }
 
 // Host, for one translation unit's ring: `ring` (kRingCalls x kTimelineCtas x kRingFields
