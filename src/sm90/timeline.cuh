@@ -3,9 +3,11 @@
 // which also takes part in block-wide planning; planning and the producer's marks are thread 0's)
 // stores the SM's cycle counter at phase boundaries, and after its epilogue records its CTA's
 // row in a ring of the last kRingCalls calls: each mark in absolute %globaltimer ns (0 for a
-// phase the CTA did not reach), its SM, its SM clock (MHz) and its end. The host reads the
-// ring (flashmsa_timeline_ring_*, exported by decode_bf16.cu and prefill_bf16.cu; each
-// translation unit has its own, there being no relocatable device code), and
+// phase the CTA did not reach), its SM, its SM clock (MHz), the end of its work and its exit
+// (the record itself takes about 1.6 us, so a timeline build's calls are that much longer than
+// a release build's; the exit is what the next call's hand-over is measured from). The host
+// reads the ring (flashmsa_timeline_ring_*, exported by decode_bf16.cu and prefill_bf16.cu;
+// each translation unit has its own, there being no relocatable device code), and
 // scripts/timeline.py summarises it, for eager calls or for consecutive calls in a CUDA graph.
 // The cycles become ns through the CTA's own ratio of %globaltimer to cycles between entry and
 // record: a mark is one clock read and one store, with no global-timer read in the phase it
