@@ -106,11 +106,23 @@ class Rings:
         raise AssertionError("no timeline ring recorded a call (is this a timeline build?)")
 
 
-def run_eager_cases(show_all):
+def runtime():
+    """torch, flashmsa and kernel_smoke's case helpers, imported when a run needs them."""
     sys.path.insert(0, os.path.dirname(__file__))
     import torch
     import flashmsa
-    from kernel_smoke import cases_from_env, decode_case
+    import kernel_smoke
+    return torch, flashmsa, kernel_smoke.cases_from_env, kernel_smoke.decode_case
+
+
+def min_median_max(values):
+    """The smallest, middle and largest of `values` (not empty)."""
+    ordered = sorted(values)
+    return ordered[0], ordered[len(ordered) // 2], ordered[-1]
+
+
+def run_eager_cases(show_all):
+    torch, flashmsa, cases_from_env, decode_case = runtime()
     rings = Rings()
     for batch, tokens, kv_len in cases_from_env("TIMELINE_CASES", CASES):
         args = decode_case(batch, tokens, kv_len)
@@ -132,13 +144,14 @@ def summarise(case, rows, show_all=False):
         return (r[key] - r["kMarkEntry"]) / 1000 if r[key] > 0 else None
 
     for label, key in PHASES:
-        values = sorted(v for v in (since_entry(r, key) for r in rows) if v is not None)
+        values = [v for v in (since_entry(r, key) for r in rows) if v is not None]
         if values:
-            print(f"  {label:13s} min {values[0]:7.1f}  median {values[len(values) // 2]:7.1f}  "
-                  f"max {values[-1]:7.1f}  ({len(values)} CTAs)")
-    clocks = sorted(r["mhz"] for r in rows if r["mhz"] > 0)
+            low, middle, high = min_median_max(values)
+            print(f"  {label:13s} min {low:7.1f}  median {middle:7.1f}  max {high:7.1f}  "
+                  f"({len(values)} CTAs)")
+    clocks = [r["mhz"] for r in rows if r["mhz"] > 0]
     if clocks:
-        print(f"  SM clock      min {clocks[0]} median {clocks[len(clocks) // 2]} max {clocks[-1]} MHz")
+        print("  SM clock      min {} median {} max {} MHz".format(*min_median_max(clocks)))
     summarise_sms(rows)
     by_finish = sorted(rows, key=lambda r: r["end"], reverse=True)
     for r in (rows if show_all else by_finish[:3]):
@@ -174,10 +187,7 @@ def summarise_sms(rows):
 
 def run_graph_cases():
     """Each case's GRAPH_CALLS calls in one graph, replayed until the ring is full."""
-    sys.path.insert(0, os.path.dirname(__file__))
-    import torch
-    import flashmsa
-    from kernel_smoke import cases_from_env, decode_case
+    torch, flashmsa, cases_from_env, decode_case = runtime()
     rings = Rings()
     for batch, tokens, kv_len in cases_from_env("TIMELINE_CASES", GRAPH_CASES):
         sets = [decode_case(batch, tokens, kv_len, seed=s) for s in range(GRAPH_CALLS)]
@@ -206,10 +216,8 @@ def summarise_graph(case, calls):
              ("loop", "kMarkLoopDone"), ("end", "end"), ("exit", "exit"))
 
     def spread(rows, key):
-        values = sorted((r[key] - origin) / 1000 for r in rows if r[key] > 0)
-        if not values:
-            return "-"
-        return f"{values[0]:.2f}/{values[len(values) // 2]:.2f}/{values[-1]:.2f}"
+        values = [(r[key] - origin) / 1000 for r in rows if r[key] > 0]
+        return "/".join(f"{v:.2f}" for v in min_median_max(values)) if values else "-"
 
     print(f"{case}: {len(calls[0])} CTAs a call, {len(calls)} calls ({GRAPH_CALLS} a graph); "
           "us from call 0's first entry, min/median/max over the CTAs")

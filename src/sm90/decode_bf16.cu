@@ -13,11 +13,6 @@ int max_active_one_token_clusters(uint32_t shared_bytes, int cluster_size) {
 }
 }  // namespace flashmsa::sm90
 
-#ifdef FLASHMSA_TIMELINE
-// The bf16 one-token decode kernels' timeline ring (sm90/timeline.cuh, scripts/timeline.py):
-// a cudaError_t, 0 on success. Only in timeline builds.
-extern "C" __attribute__((visibility("default"))) int flashmsa_timeline_ring_decode_bf16(
-    void* ring, void* calls, int reset) {
-  return static_cast<int>(flashmsa::sm90::timeline_ring_control(ring, calls, reset));
-}
-#endif
+// The bf16 one-token decode kernels' timeline ring, in timeline builds (sm90/timeline.cuh,
+// scripts/timeline.py).
+FLASHMSA_EXPORT_TIMELINE_RING(decode_bf16)

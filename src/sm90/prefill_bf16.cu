@@ -11,12 +11,6 @@ int max_active_decode_clusters(uint32_t shared_bytes, int cluster_size) {
 }
 }  // namespace flashmsa::sm90
 
-#ifdef FLASHMSA_TIMELINE
-// The bf16 prefill kernels' timeline ring (the two-consumer decode tiles of multi-token
-// prediction among them; sm90/timeline.cuh, scripts/timeline.py): a cudaError_t, 0 on success.
-// Only in timeline builds.
-extern "C" __attribute__((visibility("default"))) int flashmsa_timeline_ring_prefill_bf16(
-    void* ring, void* calls, int reset) {
-  return static_cast<int>(flashmsa::sm90::timeline_ring_control(ring, calls, reset));
-}
-#endif
+// The bf16 prefill kernels' timeline ring (multi-token prediction's two-consumer tiles among
+// them), in timeline builds (sm90/timeline.cuh, scripts/timeline.py).
+FLASHMSA_EXPORT_TIMELINE_RING(prefill_bf16)

@@ -131,6 +131,14 @@ static inline cudaError_t timeline_ring_control(void* ring, void* calls, int res
 
 }  // namespace flashmsa::sm90
 
+// The exported reader of one translation unit's ring (timeline_ring_control), named
+// flashmsa_timeline_ring_<unit>: a cudaError_t, 0 on success. Nothing in release builds.
+#define FLASHMSA_EXPORT_TIMELINE_RING(unit)                                               \
+  extern "C" __attribute__((visibility("default"))) int flashmsa_timeline_ring_##unit(    \
+      void* ring, void* calls, int reset) {                                               \
+    return static_cast<int>(::flashmsa::sm90::timeline_ring_control(ring, calls, reset)); \
+  }
+
 #define FLASHMSA_MARK(mark) ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark)
 #define FLASHMSA_MARK_BY(thread, mark) \
   ::flashmsa::sm90::timeline_mark(::flashmsa::sm90::mark, thread)
@@ -147,5 +155,6 @@ static inline cudaError_t timeline_ring_control(void* ring, void* calls, int res
 #define FLASHMSA_MARK_IF(condition, mark) ((void)0)
 #define FLASHMSA_MARK_IF_BY(condition, thread, mark) ((void)0)
 #define FLASHMSA_TIMELINE_RECORD() ((void)0)
+#define FLASHMSA_EXPORT_TIMELINE_RING(unit)
 
 #endif
