@@ -40,7 +40,7 @@ RING_UNITS = ("decode_bf16", "prefill_bf16")
 
 # Summary names of the marks (sm90/timeline.cuh's TimelineMark), in the order they are shown.
 PHASES = (("waited", "kMarkWaited"), ("located", "kMarkLocated"),
-          ("speculated", "kMarkSpeculated"), ("entries", "kMarkEntriesRead"),
+          ("page_row", "kMarkPageRowShared"), ("speculated", "kMarkSpeculated"), ("entries", "kMarkEntriesRead"),
           ("negatives", "kMarkNegativesCut"), ("candidates", "kMarkCandidates"),
           ("deduplicated", "kMarkSorted"), ("compacted", "kMarkCompacted"),
           ("planned", "kMarkPlanned"), ("released", "kMarkProducerReleased"),
@@ -223,6 +223,17 @@ def summarise_graph(case, calls):
           "us from call 0's first entry, min/median/max over the CTAs")
     for c, rows in enumerate(calls):
         print(f"  call {c}: " + "  ".join(f"{label} {spread(rows, key)}" for label, key in shown))
+    # Every phase the kernel marked, as the median CTA's time after the call's first grid wait:
+    # the start and the reduction in the replayed call, where the eager timeline runs cold.
+    print("  every phase, median us after the call's first grid wait:")
+    for c, rows in enumerate(calls):
+        first_wait = min(r["kMarkWaited"] for r in rows if r["kMarkWaited"] > 0)
+        medians = []
+        for label, key in PHASES:
+            values = [(r[key] - first_wait) / 1000 for r in rows if r[key] > 0]
+            if values:
+                medians.append(f"{label} {min_median_max(values)[1]:.2f}")
+        print(f"    call {c}: " + "  ".join(medians))
     print("  hand-over (the next call's first entry, and its first and last grid wait passed, "
           "against this call's last CTA exit; us):")
     for c in range(len(calls) - 1):

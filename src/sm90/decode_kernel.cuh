@@ -129,6 +129,7 @@ __device__ inline int plan_decode_token(const PrefillParams& p, const Smem& smem
   // Round two (paged): the surviving blocks' pages, from the consumers' copy of the row when
   // the guess held (the row they loaded is this request's), else from global memory.
   named_barrier_sync(kPageRowBarrier, kDecodeThreads);
+  FLASHMSA_MARK_BY(0, kMarkPageRowShared);
   const int cached_pages = request.batch_index == token ? cached_page_row_length(p, token) : 0;
   const int union_size =
       plan_one_token_union(p, smem, entry, limit, [&](int32_t block) -> int64_t {

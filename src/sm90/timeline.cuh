@@ -36,7 +36,9 @@ enum TimelineMark {
   // The decode producer between its plan and its first issue (thread 0).
   kMarkProducerReleased, kMarkFirstKIssued,
   // Warp planning's speculative first block issued (or given up), before the plan's rules.
-  kMarkSpeculated, kNumMarks
+  kMarkSpeculated,
+  // The one-token planner past the barrier on the consumers' copy of the page-table row.
+  kMarkPageRowShared, kNumMarks
 };
 
 // CTAs past this many are not recorded (the timeline cases have at most 512).
