@@ -67,6 +67,25 @@ __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumula
   }
 }
 
+// Where one combined row goes: its 128 outputs (lane l writes out[4l .. 4l + 3]) and its LSEs
+// (lse nullptr: the call asked for none; lse_t only with kTemperatureLse).
+template <typename Element>
+struct RowDestination {
+  Element* out;
+  float* lse;
+  float* lse_t;
+};
+
+template <typename Element, bool kTemperatureLse>
+__device__ __forceinline__ RowDestination<Element> row_destination(const PrefillParams& p,
+                                                                   int64_t token, int64_t head) {
+  const OutputParams& o = p.output;
+  return RowDestination<Element>{
+      static_cast<Element*>(o.out) + o.out_offset(token, head),
+      o.lse ? o.lse + o.lse_offset(token, head) : nullptr,
+      kTemperatureLse ? o.lse_t + o.lse_t_offset(token, head) : nullptr};
+}
+
 // One warp: row `row` of the tile's partial combined over the splits and written out, for at
 // most kSlots splits. Every lane reads all splits' LSEs (lse_of(s), lse_t_of(s): one address
 // across the warp, a broadcast) and computes the row's LSE and the splits' weights itself, then
@@ -77,9 +96,9 @@ __device__ __forceinline__ void publish_partial(const Smem& smem, const Accumula
 // branch per split and the range checks of expf / logf / IEEE division, docs/performance.md).
 template <int kSlots, typename Element, bool kTemperatureLse, typename LseOf, typename LseTOf,
           typename ValueOf>
-__device__ __forceinline__ void combine_row_in_slots(const PrefillParams& p, int splits,
-                                                     int64_t token, int64_t head, LseOf lse_of,
-                                                     LseTOf lse_t_of, ValueOf value_of) {
+__device__ __forceinline__ void combine_row_in_slots(const RowDestination<Element>& destination,
+                                                     int splits, LseOf lse_of, LseTOf lse_t_of,
+                                                     ValueOf value_of) {
   const int lane = threadIdx.x % 32;
   // lse_part[s]: split s's LSE, then its weight before normalisation, exp(lse_s - maximum).
   float lse_part[kSlots], lse_t_part[kSlots];
@@ -120,11 +139,11 @@ __device__ __forceinline__ void combine_row_in_slots(const PrefillParams& p, int
     sum.z = fmaf(w, value[s].z, sum.z);
     sum.w = fmaf(w, value[s].w, sum.w);
   }
-  store4(static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) + 4 * lane, sum);
+  store4(destination.out + 4 * lane, sum);
   if (lane == 0) {
-    if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = lse;
+    if (destination.lse) *destination.lse = lse;
     if (kTemperatureLse) {
-      p.output.lse_t[p.output.lse_t_offset(token, head)] =
+      *destination.lse_t =
           maximum_t == -INFINITY ? -INFINITY : fmaf(log2_flush(sum_exp_t), kLn2, maximum_t);
     }
   }
@@ -134,22 +153,21 @@ __device__ __forceinline__ void combine_row_in_slots(const PrefillParams& p, int
 // kMaxClusterSplits), so that a call of few splits runs little code.
 template <typename Element, bool kTemperatureLse, typename LseOf, typename LseTOf,
           typename ValueOf>
-__device__ __forceinline__ void combine_row_over_splits(const PrefillParams& p, int splits,
-                                                        int64_t token, int64_t head,
-                                                        LseOf lse_of, LseTOf lse_t_of,
-                                                        ValueOf value_of) {
+__device__ __forceinline__ void combine_row_over_splits(const RowDestination<Element>& destination,
+                                                        int splits, LseOf lse_of,
+                                                        LseTOf lse_t_of, ValueOf value_of) {
   static_assert(kMaxClusterSplits == 16, "the slot counts below cover 16 splits");
   if (splits <= 2) {
-    combine_row_in_slots<2, Element, kTemperatureLse>(p, splits, token, head, lse_of, lse_t_of,
+    combine_row_in_slots<2, Element, kTemperatureLse>(destination, splits, lse_of, lse_t_of,
                                                       value_of);
   } else if (splits <= 4) {
-    combine_row_in_slots<4, Element, kTemperatureLse>(p, splits, token, head, lse_of, lse_t_of,
+    combine_row_in_slots<4, Element, kTemperatureLse>(destination, splits, lse_of, lse_t_of,
                                                       value_of);
   } else if (splits <= 8) {
-    combine_row_in_slots<8, Element, kTemperatureLse>(p, splits, token, head, lse_of, lse_t_of,
+    combine_row_in_slots<8, Element, kTemperatureLse>(destination, splits, lse_of, lse_t_of,
                                                       value_of);
   } else {
-    combine_row_in_slots<16, Element, kTemperatureLse>(p, splits, token, head, lse_of, lse_t_of,
+    combine_row_in_slots<16, Element, kTemperatureLse>(destination, splits, lse_of, lse_t_of,
                                                        value_of);
   }
 }
@@ -172,8 +190,10 @@ __device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& s
     if (!source.valid) continue;  // warp-uniform
     const float* values = partial_out_rows(smem) + row * kHeadDim + 4 * lane;
     combine_row_over_splits<Element, kTemperatureLse>(
-        p, splits, plan.first_row + source.tile_token,
-        static_cast<int64_t>(kv_head) * p.group_size + source.head,
+        row_destination<Element, kTemperatureLse>(
+            p, plan.first_row + source.tile_token,
+            static_cast<int64_t>(kv_head) * p.group_size + source.head),
+        splits,
         [&](int s) {
           return load_cluster_shared(cluster_shared_address(&partial_lse_rows(smem)[row], s));
         },
@@ -247,6 +267,18 @@ struct RowPartial {
   bool sends_lse;
 };
 
+// The consumer thread's row and first column of the partial (decode_consumer.cuh's
+// gather_row_partial: the even lanes of a quad keep row lane / 4, the odd ones row lane / 4 + 8;
+// warp w holds dims 32w .. 32w + 31, four of them per lane pair, strided by kRowPartialStride).
+__device__ __forceinline__ int row_partial_row() {
+  const int lane = threadIdx.x % 32;
+  return lane / 4 + (lane % 2 == 0 ? 0 : 8);
+}
+__device__ __forceinline__ int row_partial_column() {
+  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  return 32 * warp + 4 * ((lane % 4) / 2);
+}
+
 // A thread's share of a partial into the fp32 row at `row` (kHeadDim values), the row's LSEs
 // into *lse and *lse_t (by the row's sending thread): an owner's own rows (push), the CTA's
 // partial for the pull, or the workspace for the merge kernel.
@@ -287,78 +319,161 @@ __device__ __forceinline__ int pushed_lse_t_index(const SmemLayout& layout, int 
 static_assert(kDecodeRows * (kHeadDim + 2) * sizeof(float) <= kKvTileBytes,
               "an owner's rows must fit in the first V stage");
 
-// Every consumer thread with a share of the partial: into its row owner's push slot for this
-// split, remote (completing on the owner's received_full) or, for the rows this split owns, its
-// own first V stage.
-template <bool kTemperatureLse>
-__device__ __forceinline__ void place_partial(const Smem& smem, int split, FastDivisor splits,
-                                              const RowPartial& partial) {
-  const RowPlace place = row_place(partial.row, splits);
-  float* rows = reinterpret_cast<float*>(smem.base + pushed_rows_offset(smem.layout, split,
-                                                                        place.owner));
-  float* row = rows + pushed_value_index(place.ordinal);
-  float* lse = rows + pushed_lse_index(smem.layout, place.ordinal);
-  float* lse_t = rows + pushed_lse_t_index(smem.layout, place.ordinal);
-  if (place.owner == split) {
-    store_row_partial<kTemperatureLse>(partial, row, lse, lse_t);
-    return;
-  }
-  const uint32_t barrier = cluster_shared_address(&smem.header().received_full, place.owner);
-  const uint32_t remote_values = cluster_shared_address(row + partial.column, place.owner);
+// What a consumer thread's push and its warp's combine need that does not depend on the data,
+// worked out before the slice's loop (prepare_push): after the last block only the partial's
+// arithmetic, the stores and the combine remain. Worked out after the loop, these were on every
+// CTA's way to its push and, at the owners, between the last push landing and the combine:
+// constant-bank loads, a division and 64-bit offsets (graph-replay timeline, s24: the two-slot
+// combine of batch 16 began 0.45 us after the join, batch 1's sixteen-slot one 0.64 us).
+template <typename Element>
+struct PushPlan {
+  // This thread's share of the partial (RowPartial: row, column): where its first value and its
+  // row's LSEs go in the row owner's push slot for this split. Byte offsets from the
+  // shared-memory base when this split owns the row; else cluster addresses at the owner, whose
+  // received_full the stores complete on.
+  uint32_t values, lse, lse_t, owner_barrier;
+  int own;
+  // The push slots at this split, as pushed_rows_offset lays them out: its own rows', the first
+  // other split's and the stride between the others'; the LSEs' float index in a slot.
+  uint32_t own_slot, first_slot, slot_bytes;
+  int lse_index, lse_t_index;
+  int splits;  // the launch's, for the combine's slot count
+  // The warp's owned rows: ordinals warp and warp + 4 of this split's (two or more splits own
+  // at most eight rows), whether each holds a query row, and where its combination goes.
+  int owns[2];
+  RowDestination<Element> destination[2];
+};
+
+// Keeps the plan's fields in registers from here on: the compiler may otherwise recompute the
+// ones made of constant-bank operands where they are used, after the waits.
+template <typename Element>
+__device__ __forceinline__ void keep_in_registers(PushPlan<Element>& push) {
+  keep_in_register(push.values);
+  keep_in_register(push.lse);
+  keep_in_register(push.lse_t);
+  keep_in_register(push.own_slot);
+  keep_in_register(push.first_slot);
+  keep_in_register(push.slot_bytes);
+  keep_in_register(push.lse_index);
+  keep_in_register(push.lse_t_index);
+  keep_in_register(push.splits);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    store_cluster_async(remote_values + sizeof(float) * kRowPartialStride * j, partial.value[j],
-                        barrier);
-  }
-  if (partial.sends_lse) {
-    store_cluster_async(cluster_shared_address(lse, place.owner), partial.lse, barrier);
-    if (kTemperatureLse) {
-      store_cluster_async(cluster_shared_address(lse_t, place.owner), partial.lse_t, barrier);
-    }
+  for (int k = 0; k < 2; ++k) {
+    keep_in_register(push.owns[k]);
+    keep_in_register(push.destination[k].out);
+    keep_in_register(push.destination[k].lse);
+    keep_in_register(push.destination[k].lse_t);
   }
 }
 
-// A one-token tile's cluster reduction, every consumer thread, with its share of this split's
-// partial. Rows another split owns are pushed to it; rows this split owns go to its first V
-// stage, and once every push has landed, warp w combines the owned rows w, w + 4,
-// ... (of this split's) over all splits, one warp per row (combine_row_over_splits): eight
-// threads combining a row one split after the other took 1.9 us of batch 1's 8.6
-// (docs/performance.md). The split's first consumer thread arrives on received_full for the
-// CTA (its count is one).
+// Every consumer thread of a push launch, after the plan (`plan`: this split's) and before its
+// loop. It also arrives on received_full for the CTA (the first consumer thread: its count is
+// one; the phase then completes when the pushed bytes have landed) and waits for every split's
+// received_full to be initialised and armed (the cluster barrier of set_up_push, long passed by
+// then), which the pushes need.
 template <typename Element, bool kTemperatureLse>
-__device__ __forceinline__ void reduce_by_push(const PrefillParams& p, const Smem& smem,
-                                               const TilePlan& plan, int kv_head,
-                                               int head_chunk, const RowPartial& partial) {
-  const int splits = p.num_splits, split = plan.split;
+__device__ __forceinline__ PushPlan<Element> prepare_push(const PrefillParams& p, const Smem& smem,
+                                                          const TilePlan& plan, int kv_head,
+                                                          int head_chunk) {
+  const int split = plan.split, splits = p.num_splits;
+  const int warp = (threadIdx.x % 128) / 32;
+  PushPlan<Element> push;
+  const RowPlace place = row_place(row_partial_row(), p.splits_divisor);
+  const uint32_t rows = pushed_rows_offset(smem.layout, split, place.owner);
+  push.own = place.owner == split;
+  push.values = rows + sizeof(float) * (pushed_value_index(place.ordinal) + row_partial_column());
+  push.lse = rows + sizeof(float) * pushed_lse_index(smem.layout, place.ordinal);
+  push.lse_t = rows + sizeof(float) * pushed_lse_t_index(smem.layout, place.ordinal);
+  push.owner_barrier = 0;
+  if (!push.own) {
+    push.values = cluster_shared_address(smem.base + push.values, place.owner);
+    push.lse = cluster_shared_address(smem.base + push.lse, place.owner);
+    push.lse_t = cluster_shared_address(smem.base + push.lse_t, place.owner);
+    push.owner_barrier = cluster_shared_address(&smem.header().received_full, place.owner);
+  }
+  push.own_slot = pushed_rows_offset(smem.layout, split, split);
+  push.first_slot = smem.layout.received;
+  push.slot_bytes = smem.layout.push_slot_bytes;
+  push.lse_index = pushed_lse_index(smem.layout, 0);
+  push.lse_t_index = pushed_lse_t_index(smem.layout, 0);
+  push.splits = splits;
+  const int owned = rows_owned(split, p.splits_divisor);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int i = warp + 4 * k;
+    const RowSource source =
+        i < owned ? row_source(p, plan, 0, head_chunk, split + splits * i) : RowSource{};
+    push.owns[k] = i < owned && source.valid;
+    push.destination[k] = RowDestination<Element>{nullptr, nullptr, nullptr};
+    if (push.owns[k]) {
+      push.destination[k] = row_destination<Element, kTemperatureLse>(
+          p, plan.first_row + source.tile_token,
+          static_cast<int64_t>(kv_head) * p.group_size + source.head);
+    }
+  }
+  keep_in_registers(push);
   if (threadIdx.x % 128 == 0) mbarrier_arrive(&smem.header().received_full);
-  cluster_wait();  // every split's received_full is initialised and armed
+  cluster_wait();
   FLASHMSA_MARK(kMarkClusterReady);
-  place_partial<kTemperatureLse>(smem, split, p.splits_divisor, partial);
+  return push;
+}
+
+// A one-token tile's cluster reduction, every consumer thread, with its share of this split's
+// partial and the plan prepare_push made before the loop. Rows another split owns are pushed to
+// it with st.async; rows this split owns go to its first V stage; once every push has landed,
+// warp w combines the owned rows w and w + 4 (of this split's) over all splits, one warp per
+// row (combine_row_over_splits): eight threads combining a row one split after the other took
+// 1.9 us of batch 1's 8.6 (docs/performance.md).
+template <typename Element, bool kTemperatureLse>
+__device__ __forceinline__ void reduce_by_push(const Smem& smem, const TilePlan& plan,
+                                               const PushPlan<Element>& push,
+                                               const RowPartial& partial) {
+  if (push.own) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      *reinterpret_cast<float4*>(smem.base + push.values +
+                                 sizeof(float) * kRowPartialStride * j) = partial.value[j];
+    }
+    if (partial.sends_lse) {
+      *reinterpret_cast<float*>(smem.base + push.lse) = partial.lse;
+      if (kTemperatureLse) *reinterpret_cast<float*>(smem.base + push.lse_t) = partial.lse_t;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      store_cluster_async(push.values + sizeof(float) * kRowPartialStride * j, partial.value[j],
+                          push.owner_barrier);
+    }
+    if (partial.sends_lse) {
+      store_cluster_async(push.lse, partial.lse, push.owner_barrier);
+      if (kTemperatureLse) store_cluster_async(push.lse_t, partial.lse_t, push.owner_barrier);
+    }
+  }
   FLASHMSA_MARK(kMarkPushed);
   named_barrier_sync(kConsumerBarrier, 128);  // own rows written
   FLASHMSA_MARK(kMarkOwnersReady);
-  const int owned = rows_owned(split, p.splits_divisor);
-  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  if (warp >= owned) return;
+  if (!push.owns[0] && !push.owns[1]) return;
   mbarrier_wait(&smem.header().received_full, 0);
   FLASHMSA_MARK(kMarkClusterJoined);
+  const int lane = threadIdx.x % 32, split = plan.split;
+  // One copy of the combine for both rows (selects, not indexing, keep the plan in registers).
 #pragma unroll 1
-  for (int i = warp; i < owned; i += 4) {
-    const int owned_row = split + splits * i;
-    const RowSource source = row_source(p, plan, 0, head_chunk, owned_row);
-    if (!source.valid) continue;  // warp-uniform
+  for (int k = 0; k < 2; ++k) {
+    if (!(k == 0 ? push.owns[0] : push.owns[1])) continue;  // warp-uniform
+    const RowDestination<Element> destination = k == 0 ? push.destination[0] : push.destination[1];
+    const int i = (threadIdx.x % 128) / 32 + 4 * k;
     auto partial_of = [&](int s) {
-      return reinterpret_cast<const float*>(smem.base +
-                                            pushed_rows_offset(smem.layout, s, split));
+      const uint32_t slot = s == split ? push.own_slot
+                                       : push.first_slot + receive_slot(s, split) * push.slot_bytes;
+      return reinterpret_cast<const float*>(smem.base + slot);
     };
-    auto lse_of = [&](int s) { return partial_of(s)[pushed_lse_index(smem.layout, i)]; };
-    auto lse_t_of = [&](int s) { return partial_of(s)[pushed_lse_t_index(smem.layout, i)]; };
+    auto lse_of = [&](int s) { return partial_of(s)[push.lse_index + i]; };
+    auto lse_t_of = [&](int s) { return partial_of(s)[push.lse_t_index + i]; };
     auto value_of = [&](int s) {
       return *reinterpret_cast<const float4*>(partial_of(s) + pushed_value_index(i) + 4 * lane);
     };
-    combine_row_over_splits<Element, kTemperatureLse>(
-        p, splits, plan.first_row + source.tile_token,
-        static_cast<int64_t>(kv_head) * p.group_size + source.head, lse_of, lse_t_of, value_of);
+    combine_row_over_splits<Element, kTemperatureLse>(destination, push.splits, lse_of, lse_t_of,
+                                                      value_of);
   }
   FLASHMSA_MARK(kMarkReduced);
 }

@@ -45,6 +45,7 @@ constexpr int kDimChunksPerWarp = kDimsPerWarp / 8;  // 16-byte chunks of a V ro
 // A thread's share of its warp's O: 16 rows x 32 dims, element 4 * j + 2 * h + c at row
 // lane / 4 + 8 * h, dim 32 * warp + 8 * j + 2 * (lane % 4) + c.
 using WarpOutput = float[4 * kDimsPerWarp / 8];
+static_assert(kDimsPerWarp == 32, "cluster_reduce.cuh: row_partial_column strides the warps by 32 dims");
 
 // What the four warps exchange, in the Q buffer's rows 16..63 (a one-token tile loads only rows
 // 0..15; they are idle once Q is loaded).
@@ -212,17 +213,17 @@ __device__ __forceinline__ RowPartial gather_row_partial(const WarpOutput& o,
                                                          const float (&scale)[2],
                                                          const float (&lse)[2],
                                                          const float (&lse_t)[2]) {
-  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32;
   const bool keeps_row_0 = lane % 2 == 0;  // else row lane / 4 + 8 (no dynamic indexing:
                                             // it would put the registers in local memory)
   const float keep_scale = keeps_row_0 ? scale[0] : scale[1];
   const float give_scale = keeps_row_0 ? scale[1] : scale[0];
   RowPartial partial;
-  partial.row = lane / 4 + (keeps_row_0 ? 0 : 8);
-  partial.column = kDimsPerWarp * warp + 4 * ((lane % 4) / 2);
+  partial.row = row_partial_row();
+  partial.column = row_partial_column();
   partial.lse = keeps_row_0 ? lse[0] : lse[1];
   partial.lse_t = keeps_row_0 ? lse_t[0] : lse_t[1];
-  partial.sends_lse = warp == 0 && lane % 4 < 2;
+  partial.sends_lse = threadIdx.x % 128 < 32 && lane % 4 < 2;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     // Element 4j + 2h + c is row h's: even lanes send their row-1 pair, odd lanes their row-0.
@@ -262,6 +263,12 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   WarpOutput o;
 #pragma unroll
   for (int i = 0; i < 4 * kDimsPerWarp / 8; ++i) o[i] = 0.f;
+
+  // The reduction's addresses and destinations, while the first block is on its way.
+  PushPlan<Element> push{};
+  if (p.push_reduce) {
+    push = prepare_push<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
+  }
 
   const int num_stages = p.smem_layout.num_stages;
   RingCursor ring;
@@ -327,7 +334,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   FLASHMSA_MARK(kMarkPublished);
 
   if (p.push_reduce) {  // launch.cu sets it only with cluster_reduce
-    reduce_by_push<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk, partial);
+    reduce_by_push<Element, kTemperatureLse>(smem, plan, push, partial);
     FLASHMSA_TIMELINE_RECORD();
     return;
   }

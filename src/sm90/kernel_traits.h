@@ -48,7 +48,7 @@ constexpr uint32_t kConsumerBarrier = 1;
 // One-token decode tiles (decode_consumer.cuh) hold one mma.sync row tile of query heads.
 constexpr int kDecodeRows = 16;
 // What a split CTA of a one-token tile pushes into a row owner's shared memory (cluster_reduce.cuh:
-// place_partial): the owner's rows only, by their ordinal among its rows (split r owns rows r,
+// reduce_by_push): the owner's rows only, by their ordinal among its rows (split r owns rows r,
 // r + S, ...; at most ceil(16 / S)): fp32 out [rows][128], then LSEs [rows] and temperature LSEs
 // [rows], padded to 16 bytes. Each split receives num_splits - 1 of these. Slots of all 16 rows
 // (8.1 KiB each) kept sixteen splits from running two CTAs per SM (121 KiB of receive buffer).

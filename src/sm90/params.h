@@ -84,7 +84,7 @@ struct PrefillParams {
   FastDivisor splits_divisor;
   int32_t cluster_reduce;
   // Cluster launches of one CTA per SM, and the one-token kernel's at two: one-token tiles push
-  // their partial rows into their owners' shared memory (cluster_reduce.cuh: place_partial)
+  // their partial rows into their owners' shared memory (cluster_reduce.cuh: reduce_by_push)
   // instead of the barrier-and-pull reduction.
   int32_t push_reduce;
   float* partial_out;

@@ -154,6 +154,15 @@ __device__ __forceinline__ void store_cluster_async(uint32_t address, float valu
                : "memory");
 }
 
+// Keeps a value in a register from here on: an empty asm that reads and writes it stops the
+// compiler from recomputing it later from its operands (constant-bank loads among them).
+__device__ __forceinline__ void keep_in_register(uint32_t& x) { asm volatile("" : "+r"(x)); }
+__device__ __forceinline__ void keep_in_register(int& x) { asm volatile("" : "+r"(x)); }
+template <typename T>
+__device__ __forceinline__ void keep_in_register(T*& x) {
+  asm volatile("" : "+l"(x));
+}
+
 // The address of the same shared-memory location in the cluster's CTA `rank`.
 __device__ __forceinline__ uint32_t cluster_shared_address(const void* pointer, uint32_t rank) {
   uint32_t address;
