@@ -340,6 +340,9 @@ struct PushPlan {
   int splits;  // the launch's, for the combine's slot count
   // The warp's owned rows: ordinals warp and warp + 4 of this split's (two or more splits own
   // at most eight rows), whether each holds a query row, and where its combination goes.
+  // `waits`: the warp owns a row at all, so it waits for the pushes; warp 0 always does, and
+  // that keeps the CTA, whose shared memory the other splits write, alive until they land.
+  int waits;
   int owns[2];
   RowDestination<Element> destination[2];
 };
@@ -357,6 +360,7 @@ __device__ __forceinline__ void keep_in_registers(PushPlan<Element>& push) {
   keep_in_register(push.lse_index);
   keep_in_register(push.lse_t_index);
   keep_in_register(push.splits);
+  keep_in_register(push.waits);
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     keep_in_register(push.owns[k]);
@@ -398,6 +402,7 @@ __device__ __forceinline__ PushPlan<Element> prepare_push(const PrefillParams& p
   push.lse_t_index = pushed_lse_t_index(smem.layout, 0);
   push.splits = splits;
   const int owned = rows_owned(split, p.splits_divisor);
+  push.waits = warp < owned;
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const int i = warp + 4 * k;
@@ -452,7 +457,7 @@ __device__ __forceinline__ void reduce_by_push(const Smem& smem, const TilePlan&
   FLASHMSA_MARK(kMarkPushed);
   named_barrier_sync(kConsumerBarrier, 128);  // own rows written
   FLASHMSA_MARK(kMarkOwnersReady);
-  if (!push.owns[0] && !push.owns[1]) return;
+  if (!push.waits) return;
   mbarrier_wait(&smem.header().received_full, 0);
   FLASHMSA_MARK(kMarkClusterJoined);
   const int lane = threadIdx.x % 32, split = plan.split;
