@@ -347,8 +347,9 @@ struct PushPlan {
   RowDestination<Element> destination[2];
 };
 
-// Keeps the plan's fields in registers from here on: the compiler may otherwise recompute the
-// ones made of constant-bank operands where they are used, after the waits.
+// Pins the plan's fields where prepare_push computes them, before the loop, rather than where
+// they are used, after the waits (their operands are constant-bank fields). In 0cf5fdb's SASS
+// nothing after the owners' wait reads the constant bank.
 template <typename Element>
 __device__ __forceinline__ void keep_in_registers(PushPlan<Element>& push) {
   keep_in_register(push.values);

@@ -154,8 +154,10 @@ __device__ __forceinline__ void store_cluster_async(uint32_t address, float valu
                : "memory");
 }
 
-// Keeps a value in a register from here on: an empty asm that reads and writes it stops the
-// compiler from recomputing it later from its operands (constant-bank loads among them).
+// Pins where a value is computed: an empty asm that reads and writes it stops the front end
+// from recomputing it later from its operands (constant-bank loads among them). ptxas sees no
+// instruction and may still move a plain parameter load (tried/scale-early: the V scale's load
+// went back below the loop), so the SASS is what tells whether a value stayed.
 __device__ __forceinline__ void keep_in_register(uint32_t& x) { asm volatile("" : "+r"(x)); }
 __device__ __forceinline__ void keep_in_register(int& x) { asm volatile("" : "+r"(x)); }
 template <typename T>
