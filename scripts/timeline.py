@@ -215,8 +215,12 @@ def summarise_graph(case, calls):
              ("k_issued", "kMarkFirstKIssued"), ("first_k", "kMarkFirstK"),
              ("loop", "kMarkLoopDone"), ("end", "end"), ("exit", "exit"))
 
+    def us_after(rows, key, zero):
+        """`key`'s time in us after `zero` (ns) for each CTA that reached it."""
+        return [(r[key] - zero) / 1000 for r in rows if r[key] > 0]
+
     def spread(rows, key):
-        values = [(r[key] - origin) / 1000 for r in rows if r[key] > 0]
+        values = us_after(rows, key, origin)
         return "/".join(f"{v:.2f}" for v in min_median_max(values)) if values else "-"
 
     print(f"{case}: {len(calls[0])} CTAs a call, {len(calls)} calls ({GRAPH_CALLS} a graph); "
@@ -230,7 +234,7 @@ def summarise_graph(case, calls):
         first_wait = min(r["kMarkWaited"] for r in rows if r["kMarkWaited"] > 0)
         medians = []
         for label, key in PHASES:
-            values = [(r[key] - first_wait) / 1000 for r in rows if r[key] > 0]
+            values = us_after(rows, key, first_wait)
             if values:
                 medians.append(f"{label} {min_median_max(values)[1]:.2f}")
         print(f"    call {c}: " + "  ".join(medians))

@@ -435,15 +435,11 @@ __device__ __forceinline__ void reduce_by_push(const Smem& smem, const TilePlan&
                                                const PushPlan<Element>& push,
                                                const RowPartial& partial) {
   if (push.own) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      *reinterpret_cast<float4*>(smem.base + push.values +
-                                 sizeof(float) * kRowPartialStride * j) = partial.value[j];
-    }
-    if (partial.sends_lse) {
-      *reinterpret_cast<float*>(smem.base + push.lse) = partial.lse;
-      if (kTemperatureLse) *reinterpret_cast<float*>(smem.base + push.lse_t) = partial.lse_t;
-    }
+    // push.values is this thread's first value; store_row_partial adds the column to the row.
+    store_row_partial<kTemperatureLse>(
+        partial, reinterpret_cast<float*>(smem.base + push.values) - partial.column,
+        reinterpret_cast<float*>(smem.base + push.lse),
+        reinterpret_cast<float*>(smem.base + push.lse_t));
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {

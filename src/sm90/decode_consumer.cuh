@@ -45,7 +45,8 @@ constexpr int kDimChunksPerWarp = kDimsPerWarp / 8;  // 16-byte chunks of a V ro
 // A thread's share of its warp's O: 16 rows x 32 dims, element 4 * j + 2 * h + c at row
 // lane / 4 + 8 * h, dim 32 * warp + 8 * j + 2 * (lane % 4) + c.
 using WarpOutput = float[4 * kDimsPerWarp / 8];
-static_assert(kDimsPerWarp == 32, "cluster_reduce.cuh: row_partial_column strides the warps by 32 dims");
+static_assert(kDimsPerWarp == 32,
+              "cluster_reduce.cuh: row_partial_column strides the warps by 32 dims");
 
 // What the four warps exchange, in the Q buffer's rows 16..63 (a one-token tile loads only rows
 // 0..15; they are idle once Q is loaded).
