@@ -3,7 +3,7 @@
 // access pattern rather than a contiguous copy.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc -o build-gpu/gather_ceiling scripts/gather_ceiling.cu
-//   build-gpu/gather_ceiling [timings per row, default 4]
+//   build-gpu/gather_ceiling [timings per row, default 4] [name parts: only rows holding one]
 //
 // The layout is the benchmark's (bench/decode.py PagedCache): one K and one V tensor of
 // (pages, 4 KV heads, 128 keys, 128 dims) bf16, so one (request, KV head, block) is a
@@ -320,10 +320,32 @@ int main(int argc, char** argv) {
        4000, 400, 600},
       {"b1 split16 none start 1us hold .2/.3", 1, 16, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst,
        2000, 400, 600},
+      // Floors of batch 1 and 16 (twenty-fifth session): the reads with the kernel's math holds
+      // and starts of 0, 0.5 and 1 us (each CTA's first page is read from global memory after
+      // its start either way, as the kernel reads its index entries).
+      {"b1 split16 none", 1, 16, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst},
+      {"b1 split16 none hold .2/.3", 1, 16, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst, 0, 400,
+       600},
+      {"b1 split16 none start .5us hold .2/.3", 1, 16, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst,
+       1000, 400, 600},
+      {"b16 split2 none hold .2/.3", 16, 2, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst, 0, 400,
+       600},
+      {"b16 split2 none start .5us hold .2/.3", 16, 2, 1, 2, 48.8, tma, kPromoteNone,
+       kEvictFirst, 1000, 400, 600},
+      {"b16 split2 none start 1us hold .2/.3", 16, 2, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst,
+       2000, 400, 600},
       {"b64 bulk (again)", 64, 1, 1, 2, 48.8},
+  };
+  // Rows whose name holds one of argv[2...] (all without them).
+  auto selected = [&](const char* name) {
+    for (int a = 2; a < argc; ++a) {
+      if (std::strstr(name, argv[a])) return true;
+    }
+    return argc <= 2;
   };
   std::mt19937_64 rng(12345);
   for (const Row& row : rows) {
+    if (!selected(row.name)) continue;
     const int items = row.batch * kKvHeads;
     const uint64_t bytes_per_call = static_cast<uint64_t>(items) * kBlocksPerItem * kStageBytes;
     // Rotation sets as bench/common.py rotation_sets: reuse distance above 2x L2 (60 MiB).
