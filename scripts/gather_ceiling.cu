@@ -115,6 +115,10 @@ __global__ void read_blocks(const __grid_constant__ Launch p,
   const uint32_t* item_pages = p.pages + item * kBlocksPerItem;
   const int steps = (kBlocksPerItem - part + p.splits - 1) / p.splits;
   const int num_stages = p.num_stages;
+  // Rows launched with programmatic dependent launch (Row::pdl) overlap the previous launch's
+  // tail as the kernel does; without the launch attribute both are no-ops.
+  allow_next_grid_launch();
+  wait_for_previous_grid();
   if (threadIdx.x == 0) {
     atomicMin(&p.span[0], static_cast<unsigned long long>(global_timer_ns()));
     for (int s = 0; s < num_stages; ++s) {
@@ -212,6 +216,7 @@ struct Row {
   CUtensorMapL2promotion promotion = kPromote256;
   uint64_t cache_hint = kEvictNormal;
   uint32_t start_delay = 0, k_hold = 0, v_hold = 0;  // SM cycles (1.8-1.98 GHz on the H200)
+  bool pdl = false;  // programmatic dependent launch, as the library launches decode
 };
 
 static double median(std::vector<double> x) {
@@ -334,6 +339,22 @@ int main(int argc, char** argv) {
        kEvictFirst, 1000, 400, 600},
       {"b16 split2 none start 1us hold .2/.3", 16, 2, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst,
        2000, 400, 600},
+      // The same launched as the library launches decode (programmatic dependent launch: the
+      // next launch's CTAs start while this one ends), whose per-call time has less launch gap.
+      {"b1 split16 none pdl", 1, 16, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst, 0, 0, 0, true},
+      {"b1 split16 none hold .2/.3 pdl", 1, 16, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst, 0,
+       400, 600, true},
+      {"b1 split16 none start .5us hold .2/.3 pdl", 1, 16, 1, 2, 48.8, tma, kPromoteNone,
+       kEvictFirst, 1000, 400, 600, true},
+      {"b1 split16 none start 1us hold .2/.3 pdl", 1, 16, 1, 2, 48.8, tma, kPromoteNone,
+       kEvictFirst, 2000, 400, 600, true},
+      {"b16 split2 none pdl", 16, 2, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst, 0, 0, 0, true},
+      {"b16 split2 none hold .2/.3 pdl", 16, 2, 1, 2, 48.8, tma, kPromoteNone, kEvictFirst, 0,
+       400, 600, true},
+      {"b16 split2 none start .5us hold .2/.3 pdl", 16, 2, 1, 2, 48.8, tma, kPromoteNone,
+       kEvictFirst, 1000, 400, 600, true},
+      {"b16 split2 none start 1us hold .2/.3 pdl", 16, 2, 1, 2, 48.8, tma, kPromoteNone,
+       kEvictFirst, 2000, 400, 600, true},
       {"b64 bulk (again)", 64, 1, 1, 2, 48.8},
   };
   // Rows whose name holds one of argv[2...] (all without them).
@@ -383,7 +404,17 @@ int main(int argc, char** argv) {
                           row.splits, row.stages, row.load, row.cache_hint, row.start_delay,
                           row.k_hold, row.v_hold, span + 2 * set,
                           set == 0 ? cta_end : nullptr, sink};
-      read_blocks<<<ctas, 160, smem, stream>>>(launch, maps);
+      cudaLaunchAttribute programmatic;
+      programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      programmatic.val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(ctas);
+      config.blockDim = dim3(160);
+      config.dynamicSmemBytes = smem;
+      config.stream = stream;
+      config.attrs = &programmatic;
+      config.numAttrs = row.pdl ? 1 : 0;
+      CHECK(cudaLaunchKernelEx(&config, read_blocks, launch, maps));
     }
     CHECK(cudaStreamEndCapture(stream, &graph));
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
