@@ -198,11 +198,14 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
     prefetch_tensor_map(&params.tma_v);
   }
   if (params.push_reduce) set_up_push<kTemperatureLse>(params, smem, work.split);
-  // Everything above overlaps the previous kernel's tail (programmatic dependent launch).
-  wait_for_previous_grid();
-  FLASHMSA_MARK(kMarkWaited);
-
+  // Everything above overlaps the previous kernel's tail (programmatic dependent launch), and
+  // so does each role's jump to its own code: the grid wait is the first thing in each branch.
+  // Warp 0's code lies past the consumers' (about 50 KB on), and the first fetch of a far
+  // branch target stalls the warp (ncu, s23: 0.3-0.4 us at the one far jump on the plan's path
+  // after round one); made after the wait, this one was on every CTA's way to its first load.
   if (threadIdx.x < 32) {
+    wait_for_previous_grid();
+    FLASHMSA_MARK(kMarkWaited);
     const int union_size = plan_decode_token(params, smem, token, work.kv_head);
     // The plan (and, through thread 0's program order, the barriers' initialisation) is
     // published to the consumers by the named barrier; the producer does not wait for them.
@@ -215,6 +218,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
     }
     return;
   }
+  wait_for_previous_grid();
+  FLASHMSA_MARK(kMarkWaited);
   // The guessed request's page row: its loads go out with the query rows' and land in the
   // second Q panel's idle rows once those are stored.
   const int page_row_length = cached_page_row_length(params, token);
