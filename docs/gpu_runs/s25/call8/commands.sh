@@ -1,0 +1,2 @@
+# s25 call 8: next/wait-in-role (build-ab/waitrole.so = d24cc6b) the contract, layout and quantized-KV GPU tests
+export PYTHONPATH=python:scripts PYTHONUNBUFFERED=1; FLASHMSA_LIBRARY=build-ab/waitrole.so timeout 140 python3 -m pytest tests/gpu/test_gpu_contract.py tests/gpu/test_gpu_layouts.py tests/gpu/test_gpu_quantized_kv.py -q -rs > $OUT/tests_waitrole_rest.log 2>&1; echo "tests rc=$?"; tail -2 $OUT/tests_waitrole_rest.log

@@ -1,0 +1,2 @@
+# s25 call 9: next/wait-in-role (build-ab/waitrole.so = d24cc6b) the build and large GPU tests (with calls 6-8: every file of tests/gpu)
+export PYTHONPATH=python:scripts PYTHONUNBUFFERED=1; FLASHMSA_LIBRARY=build-ab/waitrole.so timeout 110 python3 -m pytest tests/gpu/test_gpu_build.py tests/gpu/test_gpu_large.py -q -rs > $OUT/tests_waitrole_last.log 2>&1; echo "tests rc=$?"; tail -2 $OUT/tests_waitrole_last.log
