@@ -1,2 +1,0 @@
-export PYTHONPATH=python:scripts PYTHONUNBUFFERED=1
-for lib in start-marks2 touch-marks start-marks2 touch-marks; do echo "== $lib"; FLASHMSA_LIBRARY=build-ab/$lib-timeline.so TIMELINE_CASES=1x1,64x1 timeout 60 python3 scripts/timeline.py 2>&1 | grep -v "^  cta" | grep -E "call|located|entries|candidates|deduplicated|compacted|planned|k_issued|first_k|  end"; done > $OUT/timeline_touch.log 2>&1; cat $OUT/timeline_touch.log

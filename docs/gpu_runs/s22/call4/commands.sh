@@ -1,3 +1,0 @@
-export PYTHONPATH=python:scripts PYTHONUNBUFFERED=1
-timeout 330 python3 scripts/ab_decode.py --out $OUT/abd --rounds 1 --timeout 100 main=build-ab/few-rows.so none=build-ab/promo-knob.so,FLASHMSA_TUNE_L2_PROMOTION=0 p128=build-ab/promo-knob.so,FLASHMSA_TUNE_L2_PROMOTION=1 > $OUT/ab_decode.log 2>&1; tail -14 $OUT/ab_decode.log; rm -rf $OUT/abd/*/
-timeout 230 python3 scripts/ab_decode.py --bench prefill --out $OUT/abp --rounds 1 --timeout 110 main=build-ab/few-rows.so none=build-ab/promo-knob.so,FLASHMSA_TUNE_L2_PROMOTION=0 > $OUT/ab_prefill.log 2>&1; tail -8 $OUT/ab_prefill.log; rm -rf $OUT/abp/*/
