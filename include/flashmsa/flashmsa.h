@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define FLASHMSA_ABI_VERSION 1
+#define FLASHMSA_ABI_VERSION 2
 #define FLASHMSA_BLOCK_SIZE 128 /* tokens per selectable key block (= page size) */
 
 typedef enum flashmsa_status {
@@ -141,6 +141,18 @@ flashmsa_status flashmsa_workspace_bytes(const flashmsa_args* args, size_t* byte
 /* Validates args, then computes the forward. CUDA runs are asynchronous on args->stream and
  * never synchronise with the host, so they can be captured in a CUDA graph. */
 flashmsa_status flashmsa_sparse_attention(const flashmsa_args* args);
+
+/* Scratch memory for a call, asked for once its launch is planned and only when
+ * args->workspace_bytes is less than the call needs: a device pointer to at least `bytes`
+ * bytes, usable in stream order on args->stream, or NULL to fail the call. */
+typedef void* (*flashmsa_workspace_fn)(size_t bytes, void* context);
+
+/* flashmsa_sparse_attention, with scratch memory from workspace_fn(bytes, context) where
+ * args->workspace is too small: one validation and one launch plan per call, for callers that
+ * allocate on demand (the Python package). */
+flashmsa_status flashmsa_sparse_attention_with_workspace_fn(const flashmsa_args* args,
+                                                            flashmsa_workspace_fn workspace_fn,
+                                                            void* context);
 
 /* Text of the last failure on the calling thread ("" when none). Valid until the next call. */
 const char* flashmsa_last_error(void);

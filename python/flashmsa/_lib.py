@@ -9,7 +9,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # flashmsa_status
 OK = 0
@@ -106,6 +106,21 @@ class Args(ctypes.Structure):
     ]
 
 
+class Tuning(ctypes.Structure):
+    """flashmsa_tuning (include/flashmsa/flashmsa_testing.h), test-only: each field overrides one
+    decision of the launch plan; -1 (FLASHMSA_TUNING_DEFAULT) leaves it to the plan."""
+
+    _fields_ = [(name, _i32) for name in (
+        "splits", "decode_kernel", "one_consumer", "tiles_outer", "evict_first", "l2_promotion",
+        "speculate", "deep_pipeline", "ctas_per_sm", "stages", "prefill_stages", "throttle",
+        "pace", "cluster", "push", "warp_plan")]
+
+
+TUNING_DEFAULT = -1
+
+# flashmsa_workspace_fn: void* (size_t bytes, void* context).
+WorkspaceFn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+
 _library = None
 _load_lock = threading.Lock()
 
@@ -140,6 +155,15 @@ def library():
         lib.flashmsa_workspace_bytes.restype = _enum
         lib.flashmsa_sparse_attention.argtypes = [args_pointer]
         lib.flashmsa_sparse_attention.restype = _enum
+        lib.flashmsa_sparse_attention_with_workspace_fn.argtypes = [args_pointer, WorkspaceFn,
+                                                                    _ptr]
+        lib.flashmsa_sparse_attention_with_workspace_fn.restype = _enum
+        tuning_pointer = ctypes.POINTER(Tuning)
+        lib.flashmsa_tuning_init.argtypes = [tuning_pointer]
+        lib.flashmsa_tuning_init.restype = None
+        lib.flashmsa_sparse_attention_tuned.argtypes = [args_pointer, tuning_pointer, WorkspaceFn,
+                                                        _ptr]
+        lib.flashmsa_sparse_attention_tuned.restype = _enum
         lib.flashmsa_last_error.argtypes = []
         lib.flashmsa_last_error.restype = ctypes.c_char_p
         lib.flashmsa_has_cuda.argtypes = []
@@ -177,16 +201,59 @@ def _raise_for(status):
     raise RuntimeError(f"flashmsa: internal error (status {status}): {message}")
 
 
-def workspace_bytes(args):
-    """Scratch bytes a call with these arguments needs (validates them too)."""
-    size = ctypes.c_size_t(0)
-    status = library().flashmsa_workspace_bytes(ctypes.byref(args), ctypes.byref(size))
-    if status != OK:
-        _raise_for(status)
-    return size.value
-
-
 def sparse_attention(args):
+    """The call with the scratch memory args already holds."""
     status = library().flashmsa_sparse_attention(ctypes.byref(args))
     if status != OK:
         _raise_for(status)
+
+
+class _ScratchRequest(threading.local):
+    """The running call's allocator, for the library's workspace callback (one per thread)."""
+    allocate = None   # bytes -> tensor
+    scratch = None    # the tensor handed out, kept alive until the call has launched
+    error = None      # what the allocator raised
+
+
+_scratch = _ScratchRequest()
+
+
+@WorkspaceFn
+def _workspace_fn(nbytes, _context):
+    try:
+        _scratch.scratch = _scratch.allocate(nbytes)
+        return _scratch.scratch.data_ptr()
+    except BaseException as error:  # the library turns NULL into a failed call
+        _scratch.error = error
+        return None
+
+
+def sparse_attention_allocating(args, allocate, tuning=None):
+    """The call, with scratch memory from allocate(nbytes) -> tensor when it needs any: one
+    validation and one launch plan in the library. `tuning` (a Tuning) is test-only."""
+    _scratch.allocate, _scratch.scratch, _scratch.error = allocate, None, None
+    try:
+        if tuning is None:
+            status = library().flashmsa_sparse_attention_with_workspace_fn(
+                ctypes.byref(args), _workspace_fn, None)
+        else:
+            status = library().flashmsa_sparse_attention_tuned(
+                ctypes.byref(args), ctypes.byref(tuning), _workspace_fn, None)
+        if _scratch.error is not None:
+            raise _scratch.error
+        if status != OK:
+            _raise_for(status)
+    finally:
+        _scratch.allocate, _scratch.scratch, _scratch.error = None, None, None
+
+
+def new_tuning(**overrides):
+    """A Tuning with the given fields set and every other field left to the plan."""
+    tuning = Tuning()
+    library().flashmsa_tuning_init(ctypes.byref(tuning))
+    names = {name for name, _ in Tuning._fields_}
+    for name, value in overrides.items():
+        if name not in names:
+            raise ValueError(f"launch override {name!r}: expected one of {sorted(names)}")
+        setattr(tuning, name, int(value))
+    return tuning

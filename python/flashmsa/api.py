@@ -11,6 +11,7 @@ from typing import Optional
 import torch
 
 from . import _lib
+from .testing import launch_overrides_in_effect
 from .workspace import MSASparseAttentionWorkspace, find_workspace
 
 HEAD_DIM = 128  # the only head_dim supported so far
@@ -438,18 +439,17 @@ def _msa_sparse_attention_op(
     args = _fill_args(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k,
                       k_scale, v_scale, q_offset_tensor, q_offset_value, causal, softmax_scale,
                       k_global_scale, v_global_scale, lse_temperature_scale, out, lse, lse_t)
-    scratch_bytes = _lib.workspace_bytes(args)
-    scratch = None
-    if scratch_bytes > 0:
-        workspace = find_workspace(workspace_id)
-        if workspace is not None:
-            scratch = workspace.reserve(scratch_bytes)
-        else:
-            # PyTorch's caching allocator, on the current stream: no synchronisation.
-            scratch = torch.empty(scratch_bytes, dtype=torch.uint8, device=q.device)
-        args.workspace = scratch.data_ptr()
-        args.workspace_bytes = scratch.numel()
-    _lib.sparse_attention(args)
+    workspace = find_workspace(workspace_id)
+    if workspace is not None:
+        # The buffer it holds already; it grows (never during capture) if the call needs more.
+        args.workspace = workspace.buffer.data_ptr() if workspace.nbytes else None
+        args.workspace_bytes = workspace.nbytes
+        allocate = workspace.reserve
+    else:
+        # PyTorch's caching allocator, on the current stream: no synchronisation.
+        def allocate(nbytes):
+            return torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+    _lib.sparse_attention_allocating(args, allocate, launch_overrides_in_effect())
 
 
 @_msa_sparse_attention_op.register_fake

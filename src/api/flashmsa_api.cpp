@@ -8,6 +8,7 @@
 #include "api/validate.h"
 #include "common/error.h"
 #include "flashmsa/flashmsa.h"
+#include "flashmsa/flashmsa_testing.h"
 
 // The library is built with hidden visibility; only the functions of the C ABI are exported.
 #define FLASHMSA_API extern "C" __attribute__((visibility("default")))
@@ -45,10 +46,38 @@ void require_cuda_build() {
   }
 }
 
-size_t workspace_bytes_for(const flashmsa_args& args) {
-  if (args.device == FLASHMSA_DEVICE_CPU) return 0;
+// What every entry point does first: the arguments, then (CUDA) the launch plan, once each.
+sm90::LaunchPlan validate_and_plan(const flashmsa_args* args, const flashmsa_tuning* tuning) {
+  validate_args(args);
+  if (args->device == FLASHMSA_DEVICE_CPU) return sm90::LaunchPlan{};
   require_cuda_build();
-  return sm90_workspace_bytes(args);
+  return plan_sm90(*args, tuning != nullptr ? *tuning : sm90::default_tuning());
+}
+
+// One call: validation, the plan, scratch memory from args->workspace or else workspace_fn,
+// the launch.
+void sparse_attention(const flashmsa_args* args, const flashmsa_tuning* tuning,
+                      flashmsa_workspace_fn workspace_fn, void* context) {
+  const sm90::LaunchPlan plan = validate_and_plan(args, tuning);
+  if (args->device == FLASHMSA_DEVICE_CPU) {
+    run_cpu(*args);
+    return;
+  }
+  flashmsa_args call = *args;
+  const size_t required = plan.workspace.bytes;
+  if (call.workspace_bytes < required) {
+    if (workspace_fn == nullptr) {
+      fail_invalid("workspace_bytes: expected at least " + std::to_string(required) +
+                   " (flashmsa_workspace_bytes), got " + std::to_string(call.workspace_bytes));
+    }
+    call.workspace = workspace_fn(required, context);
+    if (call.workspace == nullptr) {
+      fail_invalid("workspace: the workspace function gave no memory for " +
+                   std::to_string(required) + " bytes");
+    }
+    call.workspace_bytes = required;
+  }
+  run_sm90(call, plan);
 }
 
 }  // namespace
@@ -73,26 +102,37 @@ FLASHMSA_API flashmsa_status flashmsa_workspace_bytes(const flashmsa_args* args,
   return flashmsa::guarded([&] {
     if (bytes == nullptr) flashmsa::fail_invalid("bytes: must not be NULL");
     *bytes = 0;
-    flashmsa::validate_args(args);
-    *bytes = flashmsa::workspace_bytes_for(*args);
+    *bytes = flashmsa::validate_and_plan(args, nullptr).workspace.bytes;
   });
 }
 
 FLASHMSA_API flashmsa_status flashmsa_sparse_attention(const flashmsa_args* args) {
-  return flashmsa::guarded([&] {
-    flashmsa::validate_args(args);
-    if (args->device == FLASHMSA_DEVICE_CPU) {
-      flashmsa::run_cpu(*args);
-      return;
-    }
-    const size_t required = flashmsa::workspace_bytes_for(*args);
-    if (args->workspace_bytes < required) {
-      flashmsa::fail_invalid("workspace_bytes: expected at least " + std::to_string(required) +
-                             " (flashmsa_workspace_bytes), got " +
-                             std::to_string(args->workspace_bytes));
-    }
-    flashmsa::run_sm90(*args);
-  });
+  return flashmsa::guarded([&] { flashmsa::sparse_attention(args, nullptr, nullptr, nullptr); });
+}
+
+FLASHMSA_API flashmsa_status flashmsa_sparse_attention_with_workspace_fn(
+    const flashmsa_args* args, flashmsa_workspace_fn workspace_fn, void* context) {
+  return flashmsa::guarded(
+      [&] { flashmsa::sparse_attention(args, nullptr, workspace_fn, context); });
+}
+
+// Test-only entry points (flashmsa_testing.h).
+
+FLASHMSA_API void flashmsa_tuning_init(flashmsa_tuning* tuning) {
+  if (tuning == nullptr) return;
+  tuning->splits = tuning->decode_kernel = tuning->one_consumer = tuning->tiles_outer =
+      tuning->evict_first = tuning->l2_promotion = tuning->speculate = tuning->deep_pipeline =
+          tuning->ctas_per_sm = tuning->stages = tuning->prefill_stages = tuning->throttle =
+              tuning->pace = tuning->cluster = tuning->push = tuning->warp_plan =
+                  FLASHMSA_TUNING_DEFAULT;
+}
+
+FLASHMSA_API flashmsa_status flashmsa_sparse_attention_tuned(const flashmsa_args* args,
+                                                             const flashmsa_tuning* tuning,
+                                                             flashmsa_workspace_fn workspace_fn,
+                                                             void* context) {
+  return flashmsa::guarded(
+      [&] { flashmsa::sparse_attention(args, tuning, workspace_fn, context); });
 }
 
 FLASHMSA_API const char* flashmsa_last_error(void) { return flashmsa::last_error.c_str(); }

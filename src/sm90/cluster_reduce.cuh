@@ -1,4 +1,4 @@
-// The KV-split reduction of decode launches, inside the thread-block cluster that the split CTAs
+// The KV-split reduction of one-consumer and decode launches, inside the thread-block cluster that the split CTAs
 // of one (tile, head column) form (launch.cu: cluster of num_splits CTAs along x; the split
 // index is the CTA's rank in the cluster). This replaces the merge kernel's global round trip
 // and its launch (docs/performance.md). Two ways:
@@ -77,7 +77,7 @@ struct RowDestination {
 };
 
 template <typename Element, bool kTemperatureLse>
-__device__ __forceinline__ RowDestination<Element> row_destination(const PrefillParams& p,
+__device__ __forceinline__ RowDestination<Element> row_destination(const AttentionParams& p,
                                                                    int64_t token, int64_t head) {
   const OutputParams& o = p.output;
   return RowDestination<Element>{
@@ -176,7 +176,7 @@ __device__ __forceinline__ void combine_row_over_splits(const RowDestination<Ele
 // combines rows r + S w, r + S (w + 4), ... of all S partials, read through distributed shared
 // memory.
 template <typename Element, bool kTemperatureLse>
-__device__ inline void reduce_over_cluster(const PrefillParams& p, const Smem& smem,
+__device__ inline void reduce_over_cluster(const AttentionParams& p, const Smem& smem,
                                            const TilePlan& plan, int kv_head, int head_chunk) {
   // A multi-token tile of a push launch: the entry's arrival (set_up_push) ends its phase here.
   if (p.push_reduce) cluster_wait();
@@ -244,7 +244,7 @@ constexpr uint32_t pushed_row_bytes() {
 // the expected bytes may be announced after some of them land, which the transaction count
 // allows).
 template <bool kTemperatureLse>
-__device__ __forceinline__ void set_up_push(const PrefillParams& p, const Smem& smem,
+__device__ __forceinline__ void set_up_push(const AttentionParams& p, const Smem& smem,
                                             int split) {
   if (threadIdx.x == 0) {
     mbarrier_expect_tx(&smem.header().received_full,
@@ -377,7 +377,7 @@ __device__ __forceinline__ void keep_in_registers(PushPlan<Element>& push) {
 // received_full to be initialised and armed (the cluster barrier of set_up_push, long passed by
 // then), which the pushes need.
 template <typename Element, bool kTemperatureLse>
-__device__ __forceinline__ PushPlan<Element> prepare_push(const PrefillParams& p, const Smem& smem,
+__device__ __forceinline__ PushPlan<Element> prepare_push(const AttentionParams& p, const Smem& smem,
                                                           const TilePlan& plan, int kv_head,
                                                           int head_chunk) {
   const int split = plan.split, splits = p.num_splits;

@@ -24,7 +24,7 @@ namespace flashmsa::sm90 {
 // thread's loads are issued before any store, so the warpgroup pays one global-memory latency,
 // not one per chunk (the rolled loop cost a decode CTA about 8 latencies).
 template <typename Element>
-__device__ __forceinline__ void load_queries(const PrefillParams& p, const TilePlan& plan,
+__device__ __forceinline__ void load_queries(const AttentionParams& p, const TilePlan& plan,
                                              uint8_t* q_smem, int warpgroup, int row_group,
                                              int kv_head, int head_chunk) {
   const int thread = threadIdx.x % 128;
@@ -132,7 +132,7 @@ __device__ __forceinline__ bool combine_warpgroups(const Smem& smem, int warpgro
 // both warpgroups take the same rows and split the blocks between them (even / odd steps), then
 // combine (see combine_warpgroups). Otherwise each warpgroup owns its own tokens.
 template <int kConsumers>
-__device__ __forceinline__ bool warpgroups_share_rows(const PrefillParams& p, int num_tokens) {
+__device__ __forceinline__ bool warpgroups_share_rows(const AttentionParams& p, int num_tokens) {
   return kConsumers == 2 && num_tokens <= p.tokens_per_warpgroup;
 }
 
@@ -148,7 +148,7 @@ __device__ __forceinline__ uint32_t bits_in_range(int begin, int end) {
 // A consumer warpgroup's Q rows into its buffer. Needs only the located tile (first row and
 // token count), so warp planning runs it while warp 0 plans.
 template <typename Element, int kConsumers>
-__device__ __forceinline__ void load_tile_queries(const PrefillParams& p, const Smem& smem,
+__device__ __forceinline__ void load_tile_queries(const AttentionParams& p, const Smem& smem,
                                                   const TilePlan& plan, int kv_head,
                                                   int head_chunk) {
   const int warpgroup = threadIdx.x / 128 - 1;
@@ -159,7 +159,7 @@ __device__ __forceinline__ void load_tile_queries(const PrefillParams& p, const 
 
 // Runs after load_tile_queries and planning.
 template <typename Element, bool kTemperatureLse, int kConsumers>
-__device__ inline void consume(const PrefillParams& p, const Smem& smem, const TilePlan& plan,
+__device__ inline void consume(const AttentionParams& p, const Smem& smem, const TilePlan& plan,
                         int kv_head, int head_chunk) {
   const int warpgroup = threadIdx.x / 128 - 1;
   const int thread = threadIdx.x % 128;

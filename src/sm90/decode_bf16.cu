@@ -3,11 +3,11 @@
 #include "sm90/decode_launch_impl.cuh"
 
 namespace flashmsa::sm90 {
-template cudaError_t launch_one_token_decode<__nv_bfloat16>(const PrefillParams&, dim3, bool,
+template cudaError_t launch_decode<__nv_bfloat16>(const AttentionParams&, dim3, bool,
                                                             cudaStream_t);
 
 // The dtype changes neither registers nor shared memory.
-int max_active_one_token_clusters(uint32_t shared_bytes, int cluster_size) {
+int max_active_decode_clusters(uint32_t shared_bytes, int cluster_size) {
   return max_active_clusters(decode_kernel<__nv_bfloat16, false>, kDecodeThreads, shared_bytes,
                              cluster_size);
 }

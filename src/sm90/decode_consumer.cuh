@@ -65,7 +65,7 @@ __device__ __forceinline__ OneTokenExchange& one_token_exchange(const Smem& smem
 }
 
 // Launch-uniform per CTA: whether the tile runs this consumer.
-__device__ __forceinline__ bool runs_one_token_consumer(const PrefillParams& p,
+__device__ __forceinline__ bool runs_one_token_consumer(const AttentionParams& p,
                                                         const TilePlan& plan) {
   return plan.num_tokens == 1 && p.heads_per_chunk <= kDecodeRows;
 }
@@ -241,7 +241,7 @@ __device__ __forceinline__ RowPartial gather_row_partial(const WarpOutput& o,
 }
 
 template <typename Element, bool kTemperatureLse>
-__device__ inline void consume_one_token(const PrefillParams& p, const Smem& smem,
+__device__ inline void consume_one_token(const AttentionParams& p, const Smem& smem,
                                          const TilePlan& plan, int kv_head, int head_chunk) {
   const int thread = threadIdx.x % 128;
   const int warp = thread / 32, lane = thread % 32;
@@ -334,7 +334,7 @@ __device__ inline void consume_one_token(const PrefillParams& p, const Smem& sme
   const RowPartial partial = gather_row_partial(o, scale, lse, lse_t);
   FLASHMSA_MARK(kMarkPublished);
 
-  if (p.push_reduce) {  // launch.cu sets it only with cluster_reduce
+  if (p.push_reduce) {  // the launch plan sets it only with cluster_reduce
     reduce_by_push<Element, kTemperatureLse>(smem, plan, push, partial);
     FLASHMSA_TIMELINE_RECORD();
     return;

@@ -57,7 +57,7 @@ __device__ __forceinline__ int32_t* cached_page_row(const Smem& smem) {
 
 // Pages of request `token` (the guess that row t is request t) that the consumers cache: none
 // for flat K/V or a row past the batch.
-__device__ __forceinline__ int cached_page_row_length(const PrefillParams& p, int64_t token) {
+__device__ __forceinline__ int cached_page_row_length(const AttentionParams& p, int64_t token) {
   if (!p.is_paged || token >= p.batch_size) return 0;
   return static_cast<int>(min(p.max_pages, static_cast<int64_t>(kCachedPageRow)));
 }
@@ -73,7 +73,7 @@ struct TokenRequest {
 };
 
 // Every load is independent of the others, so they go out in one round.
-__device__ __forceinline__ TokenRequest token_request(const PrefillParams& p, int64_t b,
+__device__ __forceinline__ TokenRequest token_request(const AttentionParams& p, int64_t b,
                                                       int64_t token) {
   TokenRequest r{b, 0, 0, 0, false};
   if (b < 0) return r;
@@ -92,7 +92,7 @@ __device__ __forceinline__ TokenRequest token_request(const PrefillParams& p, in
 
 // The first request whose rows hold `token`, 32 requests per round of loads (the warp); -1 for
 // a row outside every request.
-__device__ __forceinline__ int64_t search_request(const PrefillParams& p, int64_t token) {
+__device__ __forceinline__ int64_t search_request(const AttentionParams& p, int64_t token) {
   const int lane = threadIdx.x % 32;
 #pragma unroll 1
   for (int64_t base = 0; base < p.batch_size; base += 32) {
@@ -111,7 +111,7 @@ __device__ __forceinline__ int64_t search_request(const PrefillParams& p, int64_
 // Warp 0: the token's plan, as prefill_kernel's planning would make it for a one-token tile
 // (contract section 4; the union in entry order, first occurrences, as warp planning keeps it),
 // into the header and the union buffers. Lane l holds index entry l. Returns the union size.
-__device__ inline int plan_decode_token(const PrefillParams& p, const Smem& smem, int64_t token,
+__device__ inline int plan_decode_token(const AttentionParams& p, const Smem& smem, int64_t token,
                                         int kv_head) {
   const int lane = threadIdx.x % 32;
   // Round one: the entries and, on the guess that row `token` is request `token` (a decode
@@ -157,7 +157,7 @@ __device__ inline int plan_decode_token(const PrefillParams& p, const Smem& smem
 // Warps 1-4: the token's query rows (heads kv_head * G .. + G - 1; rows past G are zero) into
 // the swizzled Q buffer, 16 rows of 16 chunks, two chunks per thread.
 template <typename Element>
-__device__ __forceinline__ void load_decode_queries(const PrefillParams& p, const Smem& smem,
+__device__ __forceinline__ void load_decode_queries(const AttentionParams& p, const Smem& smem,
                                                     int64_t token, int kv_head) {
   constexpr int kChunksPerRow = kHeadDim * 2 / 16;
   const int thread = threadIdx.x % 128;
@@ -183,7 +183,7 @@ __device__ __forceinline__ void load_decode_queries(const PrefillParams& p, cons
 
 template <typename Element, bool kTemperatureLse>
 __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
-    decode_kernel(const __grid_constant__ PrefillParams params) {
+    decode_kernel(const __grid_constant__ AttentionParams params) {
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
   const CtaWork work = cta_work(params);  // tiles_outer: one-token tile = query row

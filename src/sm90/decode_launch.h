@@ -9,10 +9,10 @@
 namespace flashmsa::sm90 {
 
 template <typename Element>
-cudaError_t launch_one_token_decode(const PrefillParams& params, dim3 grid, bool temperature_lse,
+cudaError_t launch_decode(const AttentionParams& params, dim3 grid, bool temperature_lse,
                                     cudaStream_t stream);
 
-// max_active_decode_clusters for the one-token decode kernel.
-int max_active_one_token_clusters(uint32_t shared_bytes, int cluster_size);
+// max_active_one_consumer_clusters for the one-token decode kernel.
+int max_active_decode_clusters(uint32_t shared_bytes, int cluster_size);
 
 }  // namespace flashmsa::sm90

@@ -1,4 +1,4 @@
-// Definition of launch_one_token_decode: picks the variant and launches it (no host sync).
+// Definition of launch_decode: picks the variant and launches it (no host sync).
 #pragma once
 
 #include "sm90/decode_kernel.cuh"
@@ -8,7 +8,7 @@
 namespace flashmsa::sm90 {
 
 template <typename Element, bool kTemperatureLse>
-cudaError_t launch_one_token_decode_variant(const PrefillParams& params, dim3 grid,
+cudaError_t launch_decode_variant(const AttentionParams& params, dim3 grid,
                                             cudaStream_t stream) {
   static thread_local int configured_device = -1;
   return launch_attention_kernel(decode_kernel<Element, kTemperatureLse>, configured_device,
@@ -16,10 +16,10 @@ cudaError_t launch_one_token_decode_variant(const PrefillParams& params, dim3 gr
 }
 
 template <typename Element>
-cudaError_t launch_one_token_decode(const PrefillParams& params, dim3 grid, bool temperature_lse,
+cudaError_t launch_decode(const AttentionParams& params, dim3 grid, bool temperature_lse,
                                     cudaStream_t stream) {
-  return temperature_lse ? launch_one_token_decode_variant<Element, true>(params, grid, stream)
-                         : launch_one_token_decode_variant<Element, false>(params, grid, stream);
+  return temperature_lse ? launch_decode_variant<Element, true>(params, grid, stream)
+                         : launch_decode_variant<Element, false>(params, grid, stream);
 }
 
 }  // namespace flashmsa::sm90

@@ -17,8 +17,8 @@ constexpr int kMaxThreads = 128 * (1 + kMaxConsumerWarpgroups);  // warpgroup 0 
 // V after P V. SmemLayout gives a launch as many stages as fit, up to kMaxStages, and prefill up
 // to kPrefillMaxStages: measured on the H200 (docs/performance.md), a third stage made
 // MiniMax-M3 prefill 5% slower. Decode grids run two CTAs per SM of one stage each; the
-// measurement override FLASHMSA_TUNE_DEEP_PIPELINE=1 gives those that fit one CTA per SM as
-// many as fit, three (launch.cu says why it is off).
+// test-only override deep_pipeline=1 (flashmsa_testing.h) gives those that fit one CTA per SM as
+// many as fit, three (launch_plan.cpp says why it is off).
 constexpr int kMaxStages = 4;
 constexpr int kPrefillMaxStages = 2;
 // Candidates (tokens x topk) one tile plans over; tiles are sized so that they never exceed it.
@@ -61,7 +61,7 @@ constexpr uint32_t receive_buffer_bytes(uint32_t splits) {
   return (splits - 1) * push_slot_bytes(splits);
 }
 // The largest receive buffer of any split count (15 splits: 14 slots of 2 rows, 14.2 KiB): it
-// fits beside Q and one stage at two CTAs per SM (launch.cu: receive_buffer_fits).
+// fits beside Q and one stage at two CTAs per SM (launch_plan.cpp: receive_buffer_fits).
 constexpr uint32_t largest_receive_buffer_bytes() {
   uint32_t largest = 0;
   for (uint32_t splits = 2; splits <= kMaxClusterSplits; ++splits) {
@@ -76,7 +76,7 @@ static_assert(2 * kQPanelBytes + largest_receive_buffer_bytes() + 2 * kKvTileByt
               "a one-token CTA of two per SM must hold Q, the receive buffer, one K and V stage "
               "and its planning buffers (under 4 KiB)");
 
-// L2 policies of the K/V loads (PrefillParams::kv_cache_hint, the TMA cache-hint operand):
+// L2 policies of the K/V loads (AttentionParams::kv_cache_hint, the TMA cache-hint operand):
 // evict-normal for prefill (blocks are shared by neighbouring tiles of one head), evict-first
 // for decode (each block is read once per call, and should not displace what the next kernels
 // read: their code, parameters and metadata).
@@ -136,7 +136,21 @@ constexpr uint32_t kWarpScratchBytes = (kPageRowCapacity + kWarpPlanMaxEntries) 
 // at most this many words, for requests of at most 32 x kUnionBitmapMaxWords blocks.
 constexpr int kUnionBitmapMaxWords = kPageRowCapacity / 2;
 
-// Byte offsets from the 1024-aligned base of dynamic shared memory, computed by launch.cu.
+// How a tile plans its union (AttentionParams::warp_planning): tiles of at most
+// kWarpPlanMaxEntries candidates in one warp, the one-consumer shape in entry order, the
+// two-consumer kernel ascending by block (through a bitmap of the request's blocks, or a sorting
+// network where they do not fit it); larger tiles with every thread, sorted (planning.cuh).
+constexpr int32_t kWarpPlanNone = 0, kWarpPlanEntryOrder = 1, kWarpPlanSorted = 2,
+                  kWarpPlanBitmap = 3;
+
+// AttentionParams::pacing_slack's zero: values 1-17 are slacks of -2 to +2 blocks in quarters.
+constexpr int kPacingSlackZero = 9;
+
+// Split partials merged through the workspace (merge.cu): two split LSEs per lane of the
+// merging warp.
+constexpr int kMaxMergeSplits = 64;
+
+// Byte offsets from the 1024-aligned base of dynamic shared memory, computed by the launch plan.
 struct SmemLayout {
   uint32_t q[kMaxConsumerWarpgroups];  // equal when the warpgroups share their rows
   uint32_t k, v;                       // rings of num_stages x 32 KiB
@@ -155,6 +169,7 @@ struct SmemLayout {
   uint32_t bytes;                      // total, without the alignment slack
 };
 
+#ifdef __CUDACC__  // the device view; the layout above is also the host's (launch_plan.h)
 // The kernel's view of its shared memory: the 1024-aligned base plus a copy of the layout.
 // The copy (not a reference to the __grid_constant__ parameter) lets the compiler read the
 // offsets as constant-bank operands, and the base is derived from the extern __shared__ array
@@ -206,6 +221,8 @@ struct Smem {
     return reinterpret_cast<int32_t*>(base + layout.warp_scratch) + kPageRowCapacity;
   }
 };
+
+#endif  // __CUDACC__
 
 static_assert(kMaxCandidates * (sizeof(int64_t) + sizeof(int32_t)) <= kKvTileBytes,
               "planning's scratch must fit in one V stage");

@@ -93,7 +93,7 @@ cudaError_t launch_programmatic(void (*kernel)(KernelArgs...), dim3 grid, dim3 b
 // params' layout, its KV splits as one cluster when they reduce in it.
 template <typename Kernel>
 cudaError_t launch_attention_kernel(Kernel kernel, int& configured_device,
-                                    const PrefillParams& params, dim3 grid, unsigned threads,
+                                    const AttentionParams& params, dim3 grid, unsigned threads,
                                     cudaStream_t stream) {
   const cudaError_t status = configure_kernel_once(kernel, configured_device);
   if (status != cudaSuccess) return status;

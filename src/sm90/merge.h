@@ -4,12 +4,12 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "sm90/kernel_traits.h"
 #include "sm90/output_params.h"
 
 namespace flashmsa::sm90 {
 
 constexpr int kMergeHeadDim = 128;
-constexpr int kMaxMergeSplits = 64;  // two split LSEs per lane of the merging warp
 
 struct MergeParams {
   const float* partial_out;    // (num_splits, total_q, Hq, 128)

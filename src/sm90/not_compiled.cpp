@@ -7,9 +7,11 @@ namespace flashmsa {
 
 bool sm90_compiled() { return false; }
 
-size_t sm90_workspace_bytes(const flashmsa_args&) { return 0; }
+sm90::LaunchPlan plan_sm90(const flashmsa_args&, const flashmsa_tuning&) {
+  fail_not_supported("device: this build has no CUDA kernels (built without nvcc)");
+}
 
-void run_sm90(const flashmsa_args&) {
+void run_sm90(const flashmsa_args&, const sm90::LaunchPlan&) {
   fail_not_supported("device: this build has no CUDA kernels (built without nvcc)");
 }
 

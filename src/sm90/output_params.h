@@ -1,5 +1,5 @@
 // Where a call's results go: out and the optional LSEs, with their strides in elements. Held by
-// both the attention kernel (PrefillParams) and the split merge (MergeParams), filled once on the
+// both the attention kernel (AttentionParams) and the split merge (MergeParams), filled once on the
 // host.
 #pragma once
 

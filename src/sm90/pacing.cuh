@@ -63,7 +63,7 @@ __device__ __forceinline__ bool pacing_boosted(const SmemHeader& header) {
 // issued its last step, compares this CTA's steps left with the running CTAs' mean and boosts
 // the producer while it is more than (p.pacing_slack - kPacingSlackZero) / 4 blocks above it.
 // Measured best at the mean itself (docs/performance.md, twentieth session).
-__device__ inline void pace(const PrefillParams& p, SmemHeader& header, int steps) {
+__device__ inline void pace(const AttentionParams& p, SmemHeader& header, int steps) {
   const int64_t slack_quarters = static_cast<int64_t>(p.pacing_slack) - kPacingSlackZero;
   const volatile int32_t* progress = &header.pacing_progress;
   volatile int32_t* boost = &header.pacing_boost;

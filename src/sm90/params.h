@@ -1,4 +1,5 @@
-// Parameters of the Hopper prefill kernel, filled on the host by launch.cu from flashmsa_args.
+// Parameters of the Hopper attention kernels (prefill_kernel and decode_kernel), filled on the
+// host by launch.cu from flashmsa_args and the call's launch plan (launch_plan.h).
 // Every pointer carries the shape it points at; strides are in elements.
 #pragma once
 
@@ -11,11 +12,7 @@
 
 namespace flashmsa::sm90 {
 
-// PrefillParams::warp_planning.
-constexpr int32_t kWarpPlanNone = 0, kWarpPlanEntryOrder = 1, kWarpPlanSorted = 2,
-                  kWarpPlanBitmap = 3;
-
-struct PrefillParams {
+struct AttentionParams {
   // K and V as TMA tensors: flat (head_dim, total_k, Hkv), paged (head_dim, 128, Hkv,
   // num_pages). Boxes are 64 dims x 128 tokens: one 128-byte-swizzled panel of a block.
   CUtensorMap tma_k;  // CUtensorMap is 64-byte aligned by its own declaration
@@ -44,7 +41,7 @@ struct PrefillParams {
   // ceil(G / 64) head chunks, each its own CTA column.
   int32_t heads_per_chunk, num_head_chunks, tokens_per_warpgroup, tokens_per_tile;
   FastDivisor heads_per_chunk_divisor;  // row_source's
-  int32_t num_consumer_warpgroups;  // 2: prefill shape; 1: decode shape, two CTAs per SM
+  int32_t num_consumer_warpgroups;  // 2: one CTA per SM; 1: the one-consumer shape, two per SM
   // Rows per request when every request may have the same number (total_q = B x uniform_rows,
   // decode batches), else 0: warp planning guesses the tile's rows from it (warp_planning.cuh).
   int32_t uniform_rows;
@@ -57,7 +54,7 @@ struct PrefillParams {
   // sorted (planning.cuh); 0.
   int32_t warp_planning;
   // Whether warp planning loads its slice's probable first block before the plan is done
-  // (warp_planning.cuh; 1 unless FLASHMSA_TUNE_SPECULATE=0 turns it off for a measurement).
+  // (warp_planning.cuh; 1 unless the test-only override speculate=0 turns it off).
   int32_t speculate_first_block;
   // How blockIdx.x splits into (tile, head column, KV split), see cta_work(): decode puts the
   // tile outermost so that the CTAs of real tiles come first in the grid (the bound on tiles is
@@ -71,8 +68,8 @@ struct PrefillParams {
   uint64_t kv_cache_hint;  // L2 policy of the K/V loads (producer.cuh)
   // Loads in flight (producer.cuh: produce): 0 lets the rings alone bound them; 1 issues V(i)
   // once K(i - 1) has landed, 2 also K(i) once V(i - 1) has (at most three or two 32 KiB
-  // operands in flight per CTA). The launch gives multi-token prediction 2 (launch.cu), the
-  // rest 0, and rings of one stage always 0; FLASHMSA_TUNE_THROTTLE overrides it.
+  // operands in flight per CTA). The plan gives multi-token prediction 2 (launch_plan.cpp), the
+  // rest 0, and rings of one stage always 0; the test-only throttle override sets it.
   int32_t inflight_throttle;
 
   // KV split: num_splits CTAs share each tile's union of blocks. Decode launches run them as
@@ -104,8 +101,5 @@ struct PrefillParams {
   // which a CTA loads unthrottled.
   int32_t pacing_slack;
 };
-
-// PrefillParams::pacing_slack's zero: values 1-17 are slacks of -2 to +2 blocks in quarters.
-constexpr int kPacingSlackZero = 9;
 
 }  // namespace flashmsa::sm90

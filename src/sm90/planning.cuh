@@ -31,7 +31,7 @@ struct CtaWork {
 };
 
 // The launch keeps the grid below 2^31 CTAs, so the fast divisors (common/fast_divisor.h) apply.
-__device__ __forceinline__ CtaWork cta_work(const PrefillParams& p) {
+__device__ __forceinline__ CtaWork cta_work(const AttentionParams& p) {
   const uint32_t rest = quotient(blockIdx.x, p.splits_divisor);
   const uint32_t outer = quotient(rest, p.tiles_outer ? p.columns_divisor : p.tiles_divisor);
   const uint32_t inner = rest - outer * (p.tiles_outer ? p.columns_divisor.divisor
@@ -104,7 +104,7 @@ struct RowSource {
   bool valid;
 };
 
-__device__ __forceinline__ RowSource row_source(const PrefillParams& p, const TilePlan& plan,
+__device__ __forceinline__ RowSource row_source(const AttentionParams& p, const TilePlan& plan,
                                                 int warpgroup, int head_chunk, int row) {
   const int token_in_warpgroup =
       static_cast<int>(quotient(static_cast<uint32_t>(row), p.heads_per_chunk_divisor));
@@ -140,7 +140,7 @@ __device__ __forceinline__ int32_t block_exclusive_scan(int32_t value, int32_t* 
 // requests cost one round of (independent) loads and one block-wide scan of their tile counts;
 // a warp walking them 32 at a time paid one load latency per 32 requests. The launch checked
 // that the tile count fits int32.
-__device__ inline void locate_tile(const PrefillParams& p, const Smem& smem, int64_t tile_index) {
+__device__ inline void locate_tile(const AttentionParams& p, const Smem& smem, int64_t tile_index) {
   const int tid = threadIdx.x;
   SmemHeader& header = smem.header();
   int64_t remaining = tile_index;
@@ -210,7 +210,7 @@ __device__ inline void locate_tile(const PrefillParams& p, const Smem& smem, int
 
 // Keys [0, limit) of the located tile's token t are visible to it (causal position, sequence
 // length); 0 for slots past the tile's tokens.
-__device__ __forceinline__ int64_t tile_token_key_limit(const PrefillParams& p,
+__device__ __forceinline__ int64_t tile_token_key_limit(const AttentionParams& p,
                                                         const SmemHeader& header, int t) {
   const int64_t limit = t < header.tile_num_tokens
                             ? key_limit(p.causal, header.tile_first_position + t,
@@ -265,7 +265,7 @@ struct EntryPlace {
   int position;
 };
 
-__device__ __forceinline__ EntryPlace entry_place(const PrefillParams& p, int e) {
+__device__ __forceinline__ EntryPlace entry_place(const AttentionParams& p, int e) {
   const int token = static_cast<int>(quotient(static_cast<uint32_t>(e), p.topk_divisor));
   return EntryPlace{token, e - token * p.topk};
 }
@@ -279,7 +279,7 @@ constexpr int kWarpSortMax = kWarpPlanMaxEntries;  // sorted by one warp in regi
 // take about 5 us on the H200 (docs/performance.md).
 // Runs after locate_tile on every thread of a located tile (batch_index >= 0); ends with a
 // barrier.
-__device__ inline TilePlan plan_union(const PrefillParams& p, const Smem& smem, int kv_head,
+__device__ inline TilePlan plan_union(const AttentionParams& p, const Smem& smem, int kv_head,
                                       int split) {
   const int tid = threadIdx.x, threads = blockDim.x;
   SmemHeader& header = smem.header();

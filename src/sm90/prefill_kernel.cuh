@@ -23,7 +23,7 @@ namespace flashmsa::sm90 {
 // before warp 0's entry-order plan, warp 1 beside warp 0's sorted plan) and warp 0 plans while
 // the consumers load Q.
 template <typename Element, int kConsumers>
-__device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, const Smem& smem,
+__device__ __forceinline__ TilePlan prepare_tile(const AttentionParams& params, const Smem& smem,
                                                  const CtaWork& work,
                                                  SpeculativeLoad& speculative) {
   const bool warp_planning = plans_in_one_warp(params);
@@ -79,7 +79,7 @@ __device__ __forceinline__ TilePlan prepare_tile(const PrefillParams& params, co
 template <typename Element, bool kTemperatureLse, int kConsumers>
 __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
                                   RoleConfig<kConsumers>::kCtasPerSm)
-    prefill_kernel(const __grid_constant__ PrefillParams params) {
+    prefill_kernel(const __grid_constant__ AttentionParams params) {
   using Roles = RoleConfig<kConsumers>;
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);

@@ -9,13 +9,13 @@
 namespace flashmsa::sm90 {
 
 template <typename Element>
-cudaError_t launch_prefill(const PrefillParams& params, dim3 grid, bool temperature_lse,
+cudaError_t launch_prefill(const AttentionParams& params, dim3 grid, bool temperature_lse,
                            cudaStream_t stream);
 
 // How many thread-block clusters of `cluster_size` decode-kernel CTAs (one consumer warpgroup,
 // `shared_bytes` of dynamic shared memory each) the current device holds at once
 // (cudaOccupancyMaxActiveClusters); 0 if the query fails. Clusters are placed within one GPC, so
 // this can be well below the CTA slots divided by the cluster size.
-int max_active_decode_clusters(uint32_t shared_bytes, int cluster_size);
+int max_active_one_consumer_clusters(uint32_t shared_bytes, int cluster_size);
 
 }  // namespace flashmsa::sm90

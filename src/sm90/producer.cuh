@@ -62,7 +62,7 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
 }
 
 // Arms `full` for one operand's bytes and loads the block into `destination`.
-__device__ __forceinline__ void load_operand(const PrefillParams& p, const CUtensorMap* map,
+__device__ __forceinline__ void load_operand(const AttentionParams& p, const CUtensorMap* map,
                                              uint64_t* full, uint8_t* destination, int32_t coord,
                                              int32_t kv_head) {
   mbarrier_arrive_expect_tx(full, kStageTxBytes);
@@ -77,7 +77,7 @@ struct SpeculativeLoad {
   int32_t coord;
 };
 
-__device__ __forceinline__ void issue_speculative_load(const PrefillParams& p, const Smem& smem,
+__device__ __forceinline__ void issue_speculative_load(const AttentionParams& p, const Smem& smem,
                                                        const SpeculativeLoad& load,
                                                        int kv_head) {
   SmemHeader& header = smem.header();
@@ -106,7 +106,7 @@ __device__ __forceinline__ void wait_for_speculative_load(const Smem& smem) {
 // may exempt the CTA from the throttle (pacing.cuh); the one-token decode kernel compiles none
 // of it.
 template <bool kMayPace = false>
-__device__ inline void produce(const PrefillParams& p, const Smem& smem, const TilePlan& plan,
+__device__ inline void produce(const AttentionParams& p, const Smem& smem, const TilePlan& plan,
                                int kv_head, const SpeculativeLoad& speculative) {
   const int num_stages = p.smem_layout.num_stages;
   SmemHeader& header = smem.header();
@@ -130,7 +130,7 @@ __device__ inline void produce(const PrefillParams& p, const Smem& smem, const T
     if (holds) mbarrier_arrive(&header.v_full[0]);
     first_step = holds ? 1 : 0;
   }
-  // The throttle (multi-token prediction's default, launch.cu: SMs with more than 64 KiB in
+  // The throttle (multi-token prediction's default, launch_plan.cpp: SMs with more than 64 KiB in
   // flight get unequal shares of the DRAM bandwidth) waits for step i - 1's operands to land.
   // Its stage's next phase needs step i - 1 + num_stages >= i + 1, not issued yet, so the
   // parity wait cannot miss a phase; with one stage it could, and the launch leaves the

@@ -14,8 +14,8 @@
 namespace flashmsa::sm90 {
 
 // Row (split, token, head) of the workspace partials: (num_splits, total_q, Hq) rows of
-// kHeadDim fp32 values and their LSEs (launch.cu: workspace_layout; merge.cu reads them).
-__device__ __forceinline__ int64_t workspace_partial_row(const PrefillParams& p, int split,
+// kHeadDim fp32 values and their LSEs (launch_plan.cpp: workspace_layout; merge.cu reads them).
+__device__ __forceinline__ int64_t workspace_partial_row(const AttentionParams& p, int split,
                                                          int64_t token, int64_t head) {
   return (split * p.total_q + token) * p.num_qo_heads + head;
 }

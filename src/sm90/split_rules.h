@@ -1,4 +1,4 @@
-// Rules of the sm90 launch (launch.cu: tile_config) that are pure functions of shapes: which
+// Rules of the sm90 launch plan (launch_plan.cpp) that are pure functions of shapes: which
 // calls the one-token kernel takes and how many splits its short slices get, apart from the
 // CUDA code so that the CPU test suite checks them (tests/cpp/test_split_rules.cpp).
 #pragma once
@@ -19,7 +19,7 @@ namespace flashmsa::sm90 {
 // and the union's sharing wins. Measured (H200, 8 rows a request, rotating inputs,
 // docs/performance.md): batch 1 13.2-13.8 us against 24.6-26.2 at KV 32000-200000, batch 4
 // 12.1-34.2 against 20.1-44.5 at KV 1000-200000 (128 CTAs); batch 5 37.9 against 28.4 at KV
-// 4000 (160 CTAs), batch 8 49.5 against 33.3. `mode` is FLASHMSA_TUNE_ONE_TOKEN: 0 never, 1
+// 4000 (160 CTAs), batch 8 49.5 against 33.3. `mode` is flashmsa_tuning::decode_kernel: 0 never, 1
 // this rule, 2 every call of at most 8 rows per request (a measurement).
 inline bool takes_one_token_kernel(bool one_token_shape, int64_t total_q, int64_t batch_size,
                                    int64_t num_kv_heads, int64_t multiprocessors, int32_t mode) {

@@ -29,12 +29,12 @@
 namespace flashmsa::sm90 {
 
 // Launch-uniform: whether this launch plans its tiles in one warp (params.h).
-__device__ __forceinline__ bool plans_in_one_warp(const PrefillParams& p) {
+__device__ __forceinline__ bool plans_in_one_warp(const AttentionParams& p) {
   return p.warp_planning != 0;
 }
 
 // Launch-uniform: whether that plan is sorted (the two-consumer kernel: plan_tile_sorted_in_warp).
-__device__ __forceinline__ bool sorts_in_one_warp(const PrefillParams& p) {
+__device__ __forceinline__ bool sorts_in_one_warp(const AttentionParams& p) {
   return p.warp_planning == kWarpPlanSorted || p.warp_planning == kWarpPlanBitmap;
 }
 
@@ -49,7 +49,7 @@ struct WarpEntries {
   int32_t block[kEntryRounds];
 };
 
-__device__ __forceinline__ WarpEntries load_warp_entries(const PrefillParams& p,
+__device__ __forceinline__ WarpEntries load_warp_entries(const AttentionParams& p,
                                                          int64_t first_row, int num_tokens,
                                                          int kv_head) {
   const int lane = threadIdx.x % 32;
@@ -79,7 +79,7 @@ struct TileGuess {
   int32_t num_tokens;
 };
 
-__device__ __forceinline__ TileGuess guess_tile(const PrefillParams& p, int64_t tile_index) {
+__device__ __forceinline__ TileGuess guess_tile(const AttentionParams& p, int64_t tile_index) {
   TileGuess guess{-1, 0, 0};
   if (p.uniform_rows <= 0) return guess;
   const int32_t tiles_per_request = (p.uniform_rows + p.tokens_per_tile - 1) / p.tokens_per_tile;
@@ -106,7 +106,7 @@ struct PageRowLoads {
   int32_t page[kPageRowLoadsPerThread];
 };
 
-__device__ __forceinline__ int cached_page_row_length(const PrefillParams& p,
+__device__ __forceinline__ int cached_page_row_length(const AttentionParams& p,
                                                       const TileGuess& guess) {
   if (!p.is_paged || guess.batch_index < 0) return 0;
   const int64_t capacity = static_cast<int64_t>(blockDim.x - 32) * kPageRowLoadsPerThread;
@@ -122,7 +122,7 @@ __device__ __forceinline__ int page_row_helpers() {
 }
 
 template <int kHelpers = 0>
-__device__ __forceinline__ PageRowLoads load_page_row(const PrefillParams& p, int64_t batch_index,
+__device__ __forceinline__ PageRowLoads load_page_row(const AttentionParams& p, int64_t batch_index,
                                                       int length) {
   const int helper = threadIdx.x - 32, helpers = page_row_helpers<kHelpers>();
   const int32_t* row = p.page_table + batch_index * p.page_table_stride_batch;
@@ -158,7 +158,7 @@ __device__ __forceinline__ int64_t cached_page(const int32_t* row, int32_t block
 
 // The TMA coordinate of a block that passed block_selects_keys for the located tile's request:
 // flat row of its first key, or its page (-1 if the table entry is not a page).
-__device__ __forceinline__ int64_t block_coordinate(const PrefillParams& p, const Smem& smem,
+__device__ __forceinline__ int64_t block_coordinate(const AttentionParams& p, const Smem& smem,
                                                     const SmemHeader& header, int32_t block,
                                                     int page_row_length) {
   if (!p.is_paged) return header.request_first_key_row + static_cast<int64_t>(block) * kBlockSize;
@@ -171,7 +171,7 @@ __device__ __forceinline__ int64_t block_coordinate(const PrefillParams& p, cons
 // valid block, the union is probably the entries themselves, in order, so this CTA's slice
 // starts with entry num_entries * split / num_splits. Lane 0 (the producer) issues that block's
 // K and V into stage 0 (issue_speculative_load); produce() checks the guess against the plan.
-__device__ inline SpeculativeLoad speculate_first_block(const PrefillParams& p, const Smem& smem,
+__device__ inline SpeculativeLoad speculate_first_block(const AttentionParams& p, const Smem& smem,
                                                     const WarpEntries& entries,
                                                     const TileGuess& guess, int kv_head,
                                                     int split, int page_row_length) {
@@ -219,7 +219,7 @@ struct OneTokenUnion {
 };
 
 template <typename CoordinateOf>
-__device__ __forceinline__ OneTokenUnion plan_one_token_union(const PrefillParams& p,
+__device__ __forceinline__ OneTokenUnion plan_one_token_union(const AttentionParams& p,
                                                               const Smem& smem, int32_t entry,
                                                               int64_t limit,
                                                               CoordinateOf coordinate_of) {
@@ -249,7 +249,7 @@ __device__ __forceinline__ OneTokenUnion plan_one_token_union(const PrefillParam
 // CTA runs this once, cold, while the other CTAs' speculative loads fill the memory system, so
 // its length is the start's (docs/performance.md). Same union, same order: first occurrences of
 // the valid entries, in entry order.
-__device__ inline void plan_one_token_in_warp(const PrefillParams& p, const Smem& smem,
+__device__ inline void plan_one_token_in_warp(const AttentionParams& p, const Smem& smem,
                                               int32_t entry, int page_row_length) {
   SmemHeader& header = smem.header();
   const int lane = threadIdx.x % 32;
@@ -271,7 +271,7 @@ __device__ inline void plan_one_token_in_warp(const PrefillParams& p, const Smem
 
 // The located tile's entries: the guessed ones when the guess held, else loaded now (and the
 // cached page-table row is then another request's).
-__device__ __forceinline__ void take_located_entries(const PrefillParams& p,
+__device__ __forceinline__ void take_located_entries(const AttentionParams& p,
                                                      const SmemHeader& header,
                                                      const TileGuess& guess, int kv_head,
                                                      WarpEntries& entries, int& page_row_length) {
@@ -283,7 +283,7 @@ __device__ __forceinline__ void take_located_entries(const PrefillParams& p,
 
 // Before the rules: each tile token's key limit, and its first negative entry at topk (none
 // yet; rule 1 lowers it).
-__device__ __forceinline__ void start_token_rules(const PrefillParams& p, const Smem& smem) {
+__device__ __forceinline__ void start_token_rules(const AttentionParams& p, const Smem& smem) {
   const SmemHeader& header = smem.header();
   int32_t* first_negative = smem.token_first_negative();
   int32_t* limits = smem.token_key_limit();
@@ -302,7 +302,7 @@ __device__ __forceinline__ void start_token_rules(const PrefillParams& p, const 
 // does not have is then never fetched, which matters because each CTA runs planning once, with
 // cold instruction caches, while the memory system is busy with the other CTAs' loads
 // (docs/performance.md).
-__device__ __forceinline__ void apply_entry_rules(const PrefillParams& p, const Smem& smem,
+__device__ __forceinline__ void apply_entry_rules(const AttentionParams& p, const Smem& smem,
                                                   const WarpEntries& entries, int rounds,
                                                   int page_row_length,
                                                   int (&token)[kEntryRounds],
@@ -350,7 +350,7 @@ __device__ __forceinline__ void apply_entry_rules(const PrefillParams& p, const 
 // Warp 0 of a located tile (batch_index >= 0). `entries` are the guessed tile's; they are
 // reloaded when the guess did not hold. Writes the key limits, the union, its token masks and
 // the union size (header); the caller's block barrier publishes them.
-__device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& smem,
+__device__ inline void plan_tile_in_warp(const AttentionParams& p, const Smem& smem,
                                          WarpEntries entries, const TileGuess& guess,
                                          int kv_head, int page_row_length) {
   SmemHeader& header = smem.header();
@@ -445,7 +445,7 @@ __device__ inline void plan_tile_in_warp(const PrefillParams& p, const Smem& sme
 // the union bitmap only after that.
 constexpr uint32_t kSpeculationBarrier = 4;  // named; ids 1-3 are the consumers'
 
-__device__ inline void speculate_lowest_block(const PrefillParams& p, const Smem& smem,
+__device__ inline void speculate_lowest_block(const AttentionParams& p, const Smem& smem,
                                               const WarpEntries& entries, const TileGuess& guess,
                                               int kv_head, int page_row_length) {
   SmemHeader& header = smem.header();
@@ -543,7 +543,7 @@ __device__ __forceinline__ int ascending_union_by_bitmap(const Smem& smem,
 //   compaction by a warp scan of the first occurrences, and each entry's token bit set in its
 //   block's mask.
 // Same union, same order and same masks as plan_union, so results are bitwise equal to it.
-__device__ inline void plan_tile_sorted_in_warp(const PrefillParams& p, const Smem& smem,
+__device__ inline void plan_tile_sorted_in_warp(const AttentionParams& p, const Smem& smem,
                                                 WarpEntries entries, const TileGuess& guess,
                                                 int kv_head, int page_row_length) {
   SmemHeader& header = smem.header();

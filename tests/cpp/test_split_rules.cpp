@@ -16,7 +16,7 @@ using flashmsa::sm90::takes_one_token_kernel;
 constexpr int64_t kH200Sms = 132;
 constexpr int64_t kTopk = 16;
 constexpr int64_t kM3KvHeads = 4;
-constexpr int32_t kRule = 1;  // FLASHMSA_TUNE_ONE_TOKEN unset
+constexpr int32_t kRule = 1;  // the rule, no override
 
 struct RowsPerRequest {
   int64_t batch;

@@ -6,6 +6,7 @@ installed) on sys.path, and skips every test here, with the reason, unless a CUD
 compute capability 9.0 is present. Collection never touches the GPU, so `pytest --collect-only`
 works anywhere.
 """
+import contextlib
 import os
 import sys
 
@@ -48,3 +49,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if str(item.path).startswith(GPU_DIR + os.sep):
             item.add_marker(marker)
+
+
+@pytest.fixture
+def launch_overrides():
+    """override(**fields): test-only overrides of the launch plan (flashmsa.testing) for the rest
+    of the test; later calls add to earlier ones."""
+    import flashmsa.testing
+
+    with contextlib.ExitStack() as stack:
+        def override(**fields):
+            stack.enter_context(flashmsa.testing.launch_overrides(**fields))
+        yield override

@@ -103,14 +103,13 @@ def test_decode_unequal_rows_with_uniform_total(qlens):
 
 # Decode grids that fit one CTA per SM ran it with three stages and pushed their split partials
 # at one CTA per SM until the fourteenth session measured two per SM faster (launch.cu); the
-# measurement override FLASHMSA_TUNE_DEEP_PIPELINE=1 keeps that path, for the one-token kernel
+# test-only override deep_pipeline=1 keeps that path, for the one-token kernel
 # (test_gpu_one_token.py's reduction paths) and, here, for the one-consumer kernel of requests
 # of 2 and 4 rows: batch 3 with 4 splits, 12 clusters of 4 CTAs at one CTA per SM, pushed (the
 # launch falls back to two CTAs per SM where its clusters would not all be resident).
 @pytest.mark.parametrize("qlen", [2, 4])
-def test_decode_deep_pipeline_override(qlen, monkeypatch):
-    monkeypatch.setenv("FLASHMSA_TUNE_DEEP_PIPELINE", "1")
-    monkeypatch.setenv("FLASHMSA_TUNE_SPLITS", "4")
+def test_decode_deep_pipeline_override(qlen, launch_overrides):
+    launch_overrides(deep_pipeline=1, splits=4)
     case = decode_case(3, qlen, torch.bfloat16, seed=111 + qlen)
     case.name = f"decode-deep-pipeline-b3-q{qlen}"
     check_gpu_result(case, run_gpu(case))
@@ -118,20 +117,19 @@ def test_decode_deep_pipeline_override(qlen, monkeypatch):
 
 # The throttle (producer.cuh) issues a block's operands only once the previous block's have
 # landed; multi-token prediction grids of one wave run it at 2 by default (launch.cu), the rest
-# at 0. FLASHMSA_TUNE_THROTTLE sets each of 0, 1, 2 for: multi-token prediction on the
+# at 0. The throttle override sets each of 0, 1, 2 for: multi-token prediction on the
 # two-consumer kernel (two stages), batch 3 (eleven splits of a few blocks each) and 64 (one
 # split, whole unions), and the one-token kernel at batch 16 on the deep pipeline (two splits,
 # three stages, pushed).
-THROTTLED = {"mtp-b3": (3, 8, "0"), "mtp-b64": (64, 8, "0"), "one-token-b16-deep": (16, 1, "1")}
+THROTTLED = {"mtp-b3": (3, 8, 0), "mtp-b64": (64, 8, 0), "one-token-b16-deep": (16, 1, 1)}
 
 
 @pytest.mark.parametrize("shape", sorted(THROTTLED))
-@pytest.mark.parametrize("throttle", ["0", "1", "2"])
-def test_decode_inflight_throttle(throttle, shape, monkeypatch):
+@pytest.mark.parametrize("throttle", [0, 1, 2])
+def test_decode_inflight_throttle(throttle, shape, launch_overrides):
     batch, qlen, deep_pipeline = THROTTLED[shape]
-    monkeypatch.setenv("FLASHMSA_TUNE_THROTTLE", throttle)
-    monkeypatch.setenv("FLASHMSA_TUNE_DEEP_PIPELINE", deep_pipeline)
-    case = decode_case(batch, qlen, torch.bfloat16, seed=131 + batch + qlen + int(throttle))
+    launch_overrides(throttle=throttle, deep_pipeline=deep_pipeline)
+    case = decode_case(batch, qlen, torch.bfloat16, seed=131 + batch + qlen + throttle)
     case.name = f"decode-throttle-{throttle}-{shape}"
     check_gpu_result(case, run_gpu(case))
 
@@ -140,16 +138,16 @@ def test_decode_inflight_throttle(throttle, shape, monkeypatch):
 # blocks left than the mean load unthrottled; it moves time, never data, so a paced call equals
 # the unpaced one bitwise, and so does the next paced call (the device counters a call leaves
 # behind must be back where they started). Batch 32: 128 CTAs of whole unions; batch 8: four
-# splits a unit. FLASHMSA_TUNE_PACE: 9 + slack in quarter blocks (9, the default: the mean; 1:
+# splits a unit. The pace override: 9 + slack in quarter blocks (9, the default: the mean; 1:
 # two blocks below it, so most CTAs load unthrottled); 0 off.
 @pytest.mark.parametrize("batch", [8, 32])
-@pytest.mark.parametrize("pace", ["1", "9"])
-def test_decode_paced_equals_unpaced(pace, batch, monkeypatch):
-    case = decode_case(batch, 8, torch.bfloat16, seed=141 + batch + int(pace))
+@pytest.mark.parametrize("pace", [1, 9])
+def test_decode_paced_equals_unpaced(pace, batch, launch_overrides):
+    case = decode_case(batch, 8, torch.bfloat16, seed=141 + batch + pace)
     case.name = f"decode-pace-{pace}-b{batch}"
-    monkeypatch.setenv("FLASHMSA_TUNE_PACE", "0")
+    launch_overrides(pace=0)
     want = run_gpu(case)
-    monkeypatch.setenv("FLASHMSA_TUNE_PACE", pace)
+    launch_overrides(pace=pace)
     for attempt in ("first", "second"):
         got = run_gpu(case)
         for what, g, w in zip(("out", "lse", "lse_t"), got, want):

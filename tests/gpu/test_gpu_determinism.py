@@ -64,7 +64,7 @@ def test_graph_replay_equals_eager(spec, scratch, dtype):
 
 # Two-consumer tiles of at most 128 candidates plan in one warp, ascending by block, through a
 # bitmap of the request's blocks (warp_planning.cuh's plan_tile_sorted_in_warp);
-# FLASHMSA_TUNE_SORTED_WARP_PLAN=2 gives them the warp's sorting network instead, =0 the
+# the warp_plan=2 override gives them the warp's sorting network instead, =0 the
 # block-wide plan (planning.cuh). All three must build the same union in the same order with
 # the same token masks, so the results are bitwise equal. (name, q lens, k lens, Hq, Hkv, topk,
 # q_offset, layout, garbage indices): M3 prefill and multi-token prediction (8 tokens x topk 16
@@ -95,7 +95,7 @@ def _speculation_misses(case):
 
 
 @pytest.mark.parametrize("spec", SORTED_PLAN_CASES, ids=lambda s: s[0])
-def test_sorted_warp_plan_equals_block_wide_plan(spec, monkeypatch):
+def test_sorted_warp_plan_equals_block_wide_plan(spec, launch_overrides):
     label, lens_q, lens_k, hq, hkv, topk, q_offset, layout, garbage = spec
     case = make_case(f"sorted-plan-{label}", lens_q, lens_k, hq, hkv, topk, True, seed=61,
                      layout=layout, q_offset=q_offset)
@@ -111,11 +111,11 @@ def test_sorted_warp_plan_equals_block_wide_plan(spec, monkeypatch):
         rows = slice(8, 16)
         assert bool((sorted_in_warp[0][rows] == 0).all()), f"[{case.name}] empty rows not 0"
         assert bool(torch.isneginf(sorted_in_warp[1][rows]).all()), f"[{case.name}] lse not -inf"
-    monkeypatch.setenv("FLASHMSA_TUNE_SPECULATE", "0")
+    launch_overrides(speculate=0)
     unspeculated = run_gpu(case)
-    monkeypatch.setenv("FLASHMSA_TUNE_SORTED_WARP_PLAN", "2")
+    launch_overrides(warp_plan=2)
     network = run_gpu(case)
-    monkeypatch.setenv("FLASHMSA_TUNE_SORTED_WARP_PLAN", "0")
+    launch_overrides(warp_plan=0)
     block_wide = run_gpu(case)
     for what, a, b, c, d in zip(("out", "lse", "lse_t"), sorted_in_warp, unspeculated, network,
                                 block_wide):
@@ -142,7 +142,7 @@ def test_wide_page_table_plans_through_the_network():
         assert_bitwise(case.name, f"{what} with a 50000-column page table vs the narrow one", g, w)
 
 
-# The K/V tensor maps' L2 promotion (FLASHMSA_TUNE_L2_PROMOTION: 0 none, the default; 1 128 B;
+# The K/V tensor maps' L2 promotion (the l2_promotion override: 0 none, the default; 1 128 B;
 # 2 256 B) changes how L2 fetches the boxes, never what lands in shared memory, so every
 # setting gives the same bits. (name, q lens, k lens, Hq, Hkv, topk, layout): one-token decode
 # (split, paged, ragged below and past one block), multi-token prediction, flat prefill.
@@ -154,14 +154,14 @@ PROMOTION_CASES = [
 
 
 @pytest.mark.parametrize("spec", PROMOTION_CASES, ids=lambda s: s[0])
-def test_l2_promotion_changes_no_bits(spec, monkeypatch):
+def test_l2_promotion_changes_no_bits(spec, launch_overrides):
     label, lens_q, lens_k, hq, hkv, topk, layout = spec
     case = make_case(f"promotion-{label}", lens_q, lens_k, hq, hkv, topk, True, seed=71,
                      layout=layout)
     default = run_gpu(case)
     check_gpu_result(case, default)
-    for setting in ("1", "2"):
-        monkeypatch.setenv("FLASHMSA_TUNE_L2_PROMOTION", setting)
+    for setting in (1, 2):
+        launch_overrides(l2_promotion=setting)
         promoted = run_gpu(case)
         for what, a, b in zip(("out", "lse", "lse_t"), promoted, default):
             assert_bitwise(case.name, f"{what} with L2 promotion {setting} vs none", a, b)

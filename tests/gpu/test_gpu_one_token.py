@@ -124,26 +124,23 @@ def test_one_token_flat_equals_paged(batch):
     check_gpu_result(paged, got_paged)
 
 
-# (splits, FLASHMSA_TUNE_DEEP_PIPELINE, FLASHMSA_TUNE_CLUSTER, FLASHMSA_TUNE_PUSH)
-REDUCTIONS = {"pull-two-per-sm": (8, "0", "1", "0"), "push-two-per-sm": (3, "0", "1", "1"),
-              "push-two-per-sm-16": (16, "0", "1", "1"), "push-two-per-sm-7": (7, "0", "1", "1"),
-              "push-one-per-sm": (2, "1", "1", "1"), "push-one-per-sm-5": (5, "1", "1", "1"),
-              "workspace-merge": (3, "0", "0", "1")}
+# (splits, deep_pipeline, cluster, push): the launch overrides (flashmsa.testing)
+REDUCTIONS = {"pull-two-per-sm": (8, 0, 1, 0), "push-two-per-sm": (3, 0, 1, 1),
+              "push-two-per-sm-16": (16, 0, 1, 1), "push-two-per-sm-7": (7, 0, 1, 1),
+              "push-one-per-sm": (2, 1, 1, 1), "push-one-per-sm-5": (5, 1, 1, 1),
+              "workspace-merge": (3, 0, 0, 1)}
 
 
 @pytest.mark.parametrize("reduction", sorted(REDUCTIONS))
-def test_one_token_reduction_paths(reduction, monkeypatch):
+def test_one_token_reduction_paths(reduction, launch_overrides):
     """The split reductions that the H200's default split rule never picks for this kernel but
-    other SM counts and the cluster-residency fallback can, forced through launch.cu's
-    measurement overrides: the push at two CTAs per SM (beside the one stage) and at one per SM,
+    other SM counts and the cluster-residency fallback can, forced through the launch
+    overrides: the push at two CTAs per SM (beside the one stage) and at one per SM,
     with split counts that own 1, 2, 3, 4 and 8 of the 16 rows, some unevenly; the pull; and
     splits outside a cluster whose partials the merge kernel combines from the workspace.
     Temperature LSEs included."""
     splits, deep_pipeline, cluster, push = REDUCTIONS[reduction]
-    monkeypatch.setenv("FLASHMSA_TUNE_SPLITS", str(splits))
-    monkeypatch.setenv("FLASHMSA_TUNE_DEEP_PIPELINE", deep_pipeline)
-    monkeypatch.setenv("FLASHMSA_TUNE_CLUSTER", cluster)
-    monkeypatch.setenv("FLASHMSA_TUNE_PUSH", push)
+    launch_overrides(splits=splits, deep_pipeline=deep_pipeline, cluster=cluster, push=push)
     case = make_case(f"one-token-{reduction}", [1] * 5, LENGTHS[:5], M3["num_qo_heads"],
                      M3["num_kv_heads"], 16, True, seed=208, layout="paged",
                      scalars=dict(lse_temperature_scale=0.7))
@@ -197,11 +194,11 @@ def test_one_token_kernel_for_multi_row_requests(batch, qlen):
     check_multi_row_call(f"multi-row-b{batch}-q{qlen}", batch, qlen, 209 + qlen + batch, kernel)
 
 
-@pytest.mark.parametrize("mode,batch", [("2", 8), ("0", 2)])
-def test_multi_row_requests_forced(mode, batch, monkeypatch):
-    """FLASHMSA_TUNE_ONE_TOKEN=2 sends any call of at most 8 rows per request to the one-token
+@pytest.mark.parametrize("mode,batch", [(2, 8), (0, 2)])
+def test_multi_row_requests_forced(mode, batch, launch_overrides):
+    """The decode_kernel=2 override sends any call of at most 8 rows per request to the one-token
     kernel (batch 8 x 8 rows: two CTAs per SM), and 0 keeps small multi-token calls on the
     two-consumer kernel's split launch (batch 2: its merge kernel), the paths the rule leaves."""
-    monkeypatch.setenv("FLASHMSA_TUNE_ONE_TOKEN", mode)
-    kernel = "decode_kernel" if mode == "2" else "prefill_kernel"
+    launch_overrides(decode_kernel=mode)
+    kernel = "decode_kernel" if mode == 2 else "prefill_kernel"
     check_multi_row_call(f"multi-row-forced-{mode}-b{batch}", batch, 8, 219 + batch, kernel)

@@ -55,3 +55,14 @@ def test_size_and_offsets_match_the_c_compiler(tmp_path):
     assert int(printed.pop("size")) == ctypes.sizeof(_lib.Args), "sizeof(flashmsa_args)"
     for name, _ in _lib.Args._fields_:
         assert int(printed[name]) == getattr(_lib.Args, name).offset, f"offset of {name}"
+
+
+def test_tuning_fields_follow_the_testing_header_in_order():
+    with open(os.path.join(REPO, "include", "flashmsa", "flashmsa_testing.h")) as handle:
+        text = handle.read()
+    body = re.search(r"typedef struct flashmsa_tuning \{(.*?)\} flashmsa_tuning;", text,
+                     re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    names = [re.findall(r"\w+", d)[-1] for d in body.split(";") if d.strip()]
+    assert all("int32_t" in d for d in body.split(";") if d.strip()), "every field is int32_t"
+    assert [name for name, _ in _lib.Tuning._fields_] == names

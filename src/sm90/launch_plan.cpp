@@ -1,0 +1,321 @@
+// plan_launch (launch_plan.h): the Hopper launch of a call from its shapes and the device. The
+// measurements behind each rule are in docs/performance.md.
+#include "sm90/launch_plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+#include "sm90/split_rules.h"
+
+namespace flashmsa::sm90 {
+namespace {
+
+// A tuning field's value where it lies in [minimum, maximum], else the plan's own.
+int32_t tuned(int32_t field, int32_t planned, int32_t minimum, int32_t maximum) {
+  return field >= minimum && field <= maximum ? field : planned;
+}
+
+// The rows every request holds when they may all hold the same number (total_q = B x r: decode
+// batches, multi-token prediction), else 0. The host cannot know that they do (cu_seqlens_q is
+// on the device): the split count assumes it, and warp planning guesses tiles from it.
+int64_t uniform_rows_per_request(const flashmsa_args& args) {
+  return args.total_q % args.batch_size == 0 ? args.total_q / args.batch_size : 0;
+}
+
+// Tiles of at most 128 candidates plan in one warp: the one-consumer shape in entry order, the
+// two-consumer kernel ascending, through a bitmap of the request's blocks (warp_planning.cuh),
+// or through a sorting network where a request may have more blocks than the bitmap holds
+// (5.7M keys: only the table's width or the flat cache's rows bound a request's length on the
+// host).
+int32_t warp_plan_kind(const flashmsa_args& args, const LaunchPlan& plan,
+                       const flashmsa_tuning& tuning) {
+  if (plan.tokens_per_tile * args.topk > kWarpPlanMaxEntries) return kWarpPlanNone;
+  if (plan.num_consumer_warpgroups == 1) return kWarpPlanEntryOrder;
+  const int64_t bitmap_blocks = int64_t{32} * kUnionBitmapMaxWords;
+  const bool bitmap_holds_requests = args.is_paged
+                                         ? args.max_pages_per_request <= bitmap_blocks
+                                         : args.total_k <= bitmap_blocks * kBlockKeys;
+  switch (tuned(tuning.warp_plan, 1, 0, 2)) {
+    case 0: return kWarpPlanNone;
+    case 2: return kWarpPlanSorted;
+    default: return bitmap_holds_requests ? kWarpPlanBitmap : kWarpPlanSorted;
+  }
+}
+
+// Shared memory: Q buffer(s), then the K and V rings with as many stages as fit, then the
+// planning buffers and the barrier header.
+SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
+                       const flashmsa_tuning& tuning) {
+  auto align = [](uint32_t bytes, uint32_t to) { return (bytes + to - 1) / to * to; };
+  SmemLayout layout{};
+  const bool shared_q = plan.num_consumer_warpgroups == 1;
+  const uint32_t q_bytes = 2 * kQPanelBytes;
+  layout.q[0] = 0;
+  layout.q[1] = shared_q ? 0 : q_bytes;
+  const uint32_t q_end = shared_q ? q_bytes : 2 * q_bytes;
+  const uint32_t splits = static_cast<uint32_t>(plan.num_splits);
+  layout.push_slot_bytes = push_slot_bytes(splits);
+  layout.push_slot_rows = static_cast<int32_t>(push_slot_rows(splits));
+  const uint32_t received_bytes = plan.push_reduce ? receive_buffer_bytes(splits) : 0;
+  layout.received = q_end;
+  const uint32_t rings_begin = align(q_end + received_bytes, 1024);
+  const uint32_t tokens = static_cast<uint32_t>(plan.tokens_per_tile);
+  const uint32_t candidates = tokens * static_cast<uint32_t>(args.topk);
+  layout.mask_words = static_cast<int32_t>((tokens + 31) / 32);
+  const uint32_t warp_scratch_bytes =
+      warp_plan_kind(args, plan, tuning) != kWarpPlanNone && !plan.decode_kernel
+          ? kWarpScratchBytes
+          : 0;
+  const uint32_t planning_bytes =
+      align(candidates * 4, 16) * 2 + align(candidates * layout.mask_words * 4, 16) +
+      align(tokens * 4, 16) * 2 + warp_scratch_bytes + align(sizeof(SmemHeader), 16);
+  const uint32_t stage_bytes = 2 * kKvTileBytes;  // K and V of one block
+  // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
+  const uint32_t budget = plan.ctas_per_sm == 1 ? kSharedMemoryLimit : kTwoCtasPerSmSharedBytes;
+  const uint32_t available = budget - kSharedMemoryAlignmentSlack;
+  const uint32_t most_stages =
+      plan.num_consumer_warpgroups == 2
+          ? tuned(tuning.prefill_stages, kPrefillMaxStages, 2, kMaxStages)
+          : tuned(tuning.stages, kMaxStages, 1, kMaxStages);
+  const uint32_t ring_bytes =
+      available > rings_begin + planning_bytes ? available - rings_begin - planning_bytes : 0;
+  layout.num_stages =
+      static_cast<int32_t>(std::min<uint32_t>(most_stages, ring_bytes / stage_bytes));
+  layout.k = rings_begin;
+  layout.v = layout.k + layout.num_stages * kKvTileBytes;
+  uint32_t offset = layout.v + layout.num_stages * kKvTileBytes;
+  layout.union_blocks = offset;
+  offset += align(candidates * 4, 16);
+  layout.union_coords = offset;
+  offset += align(candidates * 4, 16);
+  layout.token_masks = offset;
+  offset += align(candidates * layout.mask_words * 4, 16);
+  layout.token_key_limit = offset;
+  offset += align(tokens * 4, 16);
+  layout.token_first_negative = offset;
+  offset += align(tokens * 4, 16);
+  layout.warp_scratch = offset;
+  offset += warp_scratch_bytes;
+  layout.header = offset;
+  layout.bytes = offset + align(sizeof(SmemHeader), 16);
+  return layout;
+}
+
+WorkspaceLayout workspace_layout(const flashmsa_args& args, const LaunchPlan& plan) {
+  WorkspaceLayout layout;
+  if (!plan.merges_in_workspace()) return layout;
+  auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t rows = static_cast<size_t>(plan.num_splits) * args.total_q * args.num_qo_heads;
+  layout.partial_out = 0;
+  layout.partial_lse = align(rows * kHeadDim * sizeof(float));
+  layout.partial_lse_t = layout.partial_lse + align(rows * sizeof(float));
+  layout.bytes = layout.partial_lse_t + align(rows * sizeof(float));
+  return layout;
+}
+
+}  // namespace
+
+flashmsa_tuning default_tuning() {
+  flashmsa_tuning tuning;
+  flashmsa_tuning_init(&tuning);
+  return tuning;
+}
+
+LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device,
+                       const flashmsa_tuning& tuning) {
+  LaunchPlan c;
+  if (args.total_q == 0 || args.batch_size == 0) {
+    c.empty = true;
+    return c;
+  }
+  const int32_t group_size = static_cast<int32_t>(args.num_qo_heads / args.num_kv_heads);
+  const int32_t topk = static_cast<int32_t>(args.topk);
+  // Rows of a warpgroup: whole tokens' head groups (or 64-head chunks of a wider group), and
+  // few enough tokens that a tile's tokens x topk candidates fit the planning buffers.
+  c.heads_per_chunk = std::min(group_size, kRowsPerWarpgroup);
+  c.num_head_chunks = (group_size + c.heads_per_chunk - 1) / c.heads_per_chunk;
+  // Calls of at most one warpgroup's tokens per request on average run the one-consumer shape,
+  // two CTAs per SM, with tiles of one warpgroup's tokens.
+  const int32_t rows_tokens = kRowsPerWarpgroup / c.heads_per_chunk;
+  const int64_t sms = device.multiprocessors;
+  // At most 16 heads per KV head and 32 index entries per row: the decode kernel, whose tiles
+  // are single rows, for decode batches and for multi-token prediction whose rows fit one CTA
+  // per SM (split_rules.h).
+  const bool decode_shape = args.total_q <= INT32_MAX && group_size <= kDecodeRows && topk <= 32;
+  c.decode_kernel = takes_one_token_kernel(decode_shape, args.total_q, args.batch_size,
+                                           args.num_kv_heads, sms,
+                                           tuned(tuning.decode_kernel, 1, 0, 2));
+  const bool one_consumer = args.total_q <= args.batch_size * rows_tokens || c.decode_kernel ||
+                            tuned(tuning.one_consumer, 0, 0, 1) == 1;
+  c.num_consumer_warpgroups = one_consumer ? 1 : 2;
+  c.ctas_per_sm = one_consumer ? 2 : 1;
+  c.tokens_per_warpgroup =
+      std::min(rows_tokens, kMaxCandidates / (c.num_consumer_warpgroups * topk));
+  if (c.decode_kernel) c.tokens_per_warpgroup = 1;
+  c.tokens_per_tile = c.num_consumer_warpgroups * c.tokens_per_warpgroup;
+  // The one-consumer shape shares its SM with a second CTA: where a tile of that many tokens
+  // leaves no room for one K and V stage beside its planning buffers (groups of one head at
+  // topk 32: 64 tokens, 2048 candidates of two mask words each), its tiles take fewer tokens.
+  while (one_consumer && c.tokens_per_warpgroup > 1 &&
+         smem_layout(args, c, tuning).num_stages < 1) {
+    c.tokens_per_warpgroup /= 2;
+    c.tokens_per_tile = c.tokens_per_warpgroup;
+  }
+  // Tiles never straddle requests, so there are at most ceil(total_q / T) + B of them, plus two
+  // for rows outside every request (they get zeros); CTAs past the real count (known only on
+  // the device) exit after planning. The decode kernel's tiles are the rows themselves.
+  const int64_t query_tiles = (args.total_q + c.tokens_per_tile - 1) / c.tokens_per_tile;
+  c.max_tiles = c.decode_kernel ? args.total_q : query_tiles + args.batch_size + 2;
+  const int64_t uniform_rows = uniform_rows_per_request(args);
+  c.uniform_rows = args.total_q <= INT32_MAX ? static_cast<int32_t>(uniform_rows) : 0;
+
+  // Few (tile, head) units for the machine's CTA slots: split each tile's blocks over
+  // num_splits CTAs (at least one block each) and merge the partials; not when the grid is
+  // already (nearly) full. The units are counted as the call most likely has them: where every
+  // request may hold the same number of rows r they most likely do, and then there are
+  // B x ceil(r / T) tiles, where the grid's bound (ceil(total_q / T) + B, each tile at least one
+  // token) is up to twice that. The split count only sets the speed. Measured (H200,
+  // two-consumer kernel, 8 tokens a request): batch 4 8 splits 48.4 us (the bound's 4: 57.6),
+  // batch 8 4 splits 73.5 (2: 93.3), batch 12 2 splits 106.9 (1: 161.0), batch 16 2 splits 128.1
+  // (1: 162.5).
+  const int64_t tokens_per_request = std::max<int64_t>(1, args.total_q / args.batch_size);
+  const int64_t likely_tiles =
+      uniform_rows > 0 ? args.batch_size * ((uniform_rows + c.tokens_per_tile - 1) /
+                                            c.tokens_per_tile)
+                       : std::min(query_tiles + args.batch_size, args.total_q);
+  const int64_t units = likely_tiles * args.num_kv_heads * c.num_head_chunks;
+  const int64_t slots = sms * c.ctas_per_sm;
+  const int64_t max_union = std::min<int64_t>(c.tokens_per_tile, tokens_per_request) * topk;
+  // The most splits a launch can run: one block each, the merge kernel's limit, and for the
+  // one-consumer shape, which combines its splits inside a thread-block cluster (no merge
+  // kernel, no workspace), the largest cluster Hopper allows.
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(max_union, kMaxMergeSplits));
+  const int32_t most_splits =
+      static_cast<int32_t>(one_consumer ? std::min<int64_t>(kMaxClusterSplits, most) : most);
+  // An extra split costs more than it gains once the grid holds about one CTA per slot
+  // (batch 64: 1 split 75-79 us, 2 splits 85 us). The rule stops at 16 for the two-consumer
+  // kernel too: its splits each plan their tile's whole union block-wide (about 10 us at 8
+  // tokens a request), so splits past 16 add CTAs that mostly plan (batch 1, 8 tokens a
+  // request: 16 splits 28.3 us, 33 splits 34.5).
+  constexpr int64_t kMostChosenSplits = 16;
+  c.num_splits = 1;
+  if (units > 0 && units * 10 < slots * 9) {
+    c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(
+        slots / units, 1, std::min<int64_t>(most_splits, kMostChosenSplits)));
+  }
+  // All of a one-consumer call's clusters must be resident at once: a second wave pays planning
+  // and a whole slice again (batch 16 with clusters of 4 took 38 us, of 2 27.6 us). The check
+  // sizes shared memory without the push reduction's receive buffer, decided below.
+  auto clusters_resident = [&](const LaunchPlan& plan) {
+    if (plan.num_splits <= 1) return true;
+    const uint32_t shared_bytes =
+        smem_layout(args, plan, tuning).bytes + kSharedMemoryAlignmentSlack;
+    const int clusters = device.max_active_clusters
+                             ? device.max_active_clusters(plan.decode_kernel, shared_bytes,
+                                                          plan.num_splits)
+                             : 0;
+    return clusters >= units;
+  };
+  if (one_consumer) {
+    while (!clusters_resident(c)) --c.num_splits;
+    // Where the units fit one CTA per SM, take the most splits that still do: more splits
+    // measured slower, although two CTAs per SM would hold them (decode kernel: batch 8 4
+    // splits 13.3-14.0 us (8: 17.5), batch 16 2 splits 21.3-22.7 (4: 25.7), batch 32 1 split
+    // 39.4 (2: 42.3)).
+    const int64_t splits_one_cta_per_sm = units > 0 ? sms / units : 0;
+    if (splits_one_cta_per_sm >= 1) {
+      c.num_splits = static_cast<int32_t>(std::min<int64_t>(c.num_splits, splits_one_cta_per_sm));
+    }
+    // The decode kernel gives each split at least two blocks, so that a CTA's second block
+    // streams while its first is computed, unless splits of one block each take at most half
+    // the SMs: then each has an SM to itself and the next call's CTAs launch on the other half
+    // and wait there (programmatic dependent launch). Measured: batch 1 16 splits 6.0 us, 8
+    // splits 6.3; batch 2 16 splits 8.2, 8 splits 7.3; batch 3 11 splits 9.4, 8 splits 8.0.
+    const bool one_block_splits_fit_half_the_sms =
+        units * std::min<int64_t>(c.num_splits, max_union) * 2 <= sms;
+    if (c.decode_kernel && !one_block_splits_fit_half_the_sms) {
+      c.num_splits = static_cast<int32_t>(
+          std::min<int64_t>(c.num_splits, std::max<int64_t>(1, max_union / 2)));
+    }
+    // Short decode splits leave some SMs free (split_rules.h).
+    if (c.decode_kernel) c.num_splits = short_one_token_splits(units, sms, max_union, c.num_splits);
+  }
+  c.num_splits = tuned(tuning.splits, c.num_splits, 1, most_splits);
+  // The grid's likely CTAs fit one per SM: one wave even at one CTA per SM.
+  const bool fits_one_cta_per_sm = units * c.num_splits <= sms;
+  // One-consumer grids run two CTAs per SM of one K and one V stage each, also where the grid
+  // has no more CTAs than the machine has SMs. One CTA per SM with three stages there (the deep
+  // pipeline, tuning.deep_pipeline) keeps the next blocks in flight while a block is computed,
+  // but past 64 KiB in flight the SMs' shares of the DRAM bandwidth turn unequal (36 against
+  // 47-49 GB/s), and a call ends with its slowest split: batch 16 19.9 us against 21.2-22.9
+  // with the deep pipeline, batch 32 35.5 against 37.2-39.8, batch 2 6.6 against 7.0.
+  const bool splits_hold_one_block = max_union <= c.num_splits;
+  if (one_consumer && fits_one_cta_per_sm && !splits_hold_one_block &&
+      tuned(tuning.deep_pipeline, 0, 0, 1) != 0) {
+    c.ctas_per_sm = 1;
+    if (!clusters_resident(c)) c.ctas_per_sm = 2;
+  }
+  // tuning.ctas_per_sm = 1: the deep pipeline for any one-consumer grid, in as many waves as it
+  // takes.
+  if (one_consumer && tuned(tuning.ctas_per_sm, 0, 1, 2) == 1) c.ctas_per_sm = 1;
+  // tuning.cluster = 0: one-consumer splits are independent CTAs whose partials the merge
+  // kernel combines from the workspace.
+  c.cluster_reduce = one_consumer && c.num_splits > 1 && tuned(tuning.cluster, 1, 0, 1) != 0;
+  // The receive buffer ((splits - 1) x ceil(16 / splits) rows, at most 14.2 KiB) fits beside
+  // the stages at one CTA per SM, and beside the one stage at two per SM for the decode kernel,
+  // which has no warp planning scratch (kernel_traits.h asserts it).
+  const bool receive_buffer_fits = c.ctas_per_sm == 1 || c.decode_kernel;
+  c.push_reduce = c.cluster_reduce && receive_buffer_fits && c.heads_per_chunk <= kDecodeRows &&
+                  tuned(tuning.push, 1, 0, 1) != 0;
+  // Multi-token prediction (every request's rows one two-consumer tile) streams whole unions at
+  // one CTA per SM through rings of two stages, 128 KiB in flight per SM, where the SMs' shares
+  // of the DRAM bandwidth turn unequal; where the grid is one wave, the call ends with its
+  // slowest CTA. The producer there issues a block's K only once the previous block's V has
+  // landed (throttle 2: 64 KiB in flight). Grids of several waves balance themselves and only
+  // lose by it (batch 32: 218.6-220.0 us against 219.7-220.9; decode-suite rows at batch 8 and
+  // 32 1-2% faster, at batch 64 and 128 up to 1.7% slower). Prefill tiles stay unthrottled.
+  const bool one_tile_per_request = uniform_rows > 0 && uniform_rows <= c.tokens_per_tile;
+  const int32_t planned_throttle =
+      !one_consumer && one_tile_per_request && fits_one_cta_per_sm ? 2 : 0;
+  c.tiles_outer = tuned(tuning.tiles_outer, one_consumer, 0, 1) != 0;
+  // K/V loads evict first where a call reads each block once per (request, KV head): the
+  // one-consumer shape, and multi-token prediction, whose requests are one tile each
+  // (batch 32: 215.8 us against 217.3-217.8). Prefill's neighbouring tiles of a head share
+  // blocks and keep them in L2.
+  c.kv_evict_first = tuned(tuning.evict_first, one_consumer || one_tile_per_request, 0, 1) != 0;
+  // No L2 promotion of the K/V boxes. A box is 128 rows of 128 bytes, one 64-dim half of each
+  // key's 256-byte row, and both halves of a block are loaded back to back, so promotion to 256
+  // bytes fetches nothing a box does not read anyway; yet it slows the reads of random 32 KiB
+  // blocks by 7% (batch 64 71.2 -> 67.9 us without it, batch 128 134.6 -> 128.8, multi-token
+  // prediction 212.5 -> 197.0; prefill unchanged).
+  c.kv_l2_promotion = static_cast<L2Promotion>(tuned(tuning.l2_promotion, 0, 0, 2));
+
+  c.warp_planning = warp_plan_kind(args, c, tuning);
+  c.speculate_first_block = tuned(tuning.speculate, 1, 0, 1) != 0;
+  c.smem = smem_layout(args, c, tuning);
+  // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).
+  if (c.smem.num_stages < (c.num_consumer_warpgroups == 2 ? 2 : 1)) {
+    throw Error(FLASHMSA_ERROR_INTERNAL, "shared memory plan has too few stages");
+  }
+  // Rings of one stage serialise their loads already (and the throttle's wait needs two).
+  c.inflight_throttle =
+      c.smem.num_stages >= 2 ? tuned(tuning.throttle, planned_throttle, 0, 2) : 0;
+  // Pacing (pacing.cuh) where the throttle's rule holds (grids of one wave, whose call ends
+  // with its slowest CTA): a CTA with more blocks left than the running CTAs' mean loads
+  // unthrottled (batch 32 213.2 us against 215.2-215.7, 24 165.1 against 170.6, 16 114.9
+  // against 118.4; slacks of -0.5 to -2 blocks were slower, +0.5 the same).
+  c.pacing_slack = planned_throttle > 0 ? tuned(tuning.pace, kPacingSlackZero, 0, 17) : 0;
+  c.workspace = workspace_layout(args, c);
+
+  const int64_t columns = args.num_kv_heads * c.num_head_chunks;
+  c.grid_ctas = c.max_tiles * columns * c.num_splits;
+  if (c.grid_ctas > INT32_MAX) {
+    fail_not_supported("problem too large for one launch: " + std::to_string(c.max_tiles) +
+                       " query tiles x " + std::to_string(columns) + " head columns x " +
+                       std::to_string(c.num_splits) + " splits");
+  }
+  return c;
+}
+
+}  // namespace flashmsa::sm90

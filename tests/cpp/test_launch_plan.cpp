@@ -1,0 +1,321 @@
+// The Hopper launch plan (src/sm90/launch_plan.h) from shapes alone, on a modelled H200: which
+// kernel each kind of call takes (decode batches, multi-token prediction, prefill, small and
+// large GQA groups, topk 1 and 64), its splits and how they combine, its L2 policy and
+// pipeline, the workspace it needs, the test-only overrides, and invariants over a sweep.
+#include <gtest/gtest.h>
+#include <stdint.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "flashmsa/flashmsa.h"
+#include "flashmsa/flashmsa_testing.h"
+#include "sm90/launch_plan.h"
+
+namespace {
+
+using flashmsa::sm90::DeviceProperties;
+using flashmsa::sm90::L2Promotion;
+using flashmsa::sm90::LaunchPlan;
+using flashmsa::sm90::plan_launch;
+namespace sm90 = flashmsa::sm90;
+
+constexpr int kH200Sms = 132;
+
+// An H200 without the GPC limit on cluster placement: as many clusters as the CTAs that fit
+// (two per SM at most, fewer when shared memory says so) divided by the cluster size.
+DeviceProperties h200() {
+  DeviceProperties device;
+  device.multiprocessors = kH200Sms;
+  device.max_active_clusters = [](bool, uint32_t shared_bytes, int cluster_size) {
+    const int per_sm = std::min<int>(2, (228 * 1024) / (shared_bytes + 1024));
+    return kH200Sms * per_sm / cluster_size;
+  };
+  return device;
+}
+
+struct Shape {
+  int64_t batch, rows_per_request, num_qo_heads, num_kv_heads, topk, kv_len;
+  bool paged = true;
+};
+
+flashmsa_args args_of(const Shape& s) {
+  flashmsa_args args;
+  flashmsa_args_init(&args);
+  args.device = FLASHMSA_DEVICE_CUDA;
+  args.batch_size = s.batch;
+  args.total_q = s.batch * s.rows_per_request;
+  args.num_qo_heads = s.num_qo_heads;
+  args.num_kv_heads = s.num_kv_heads;
+  args.head_dim = 128;
+  args.topk = s.topk;
+  args.is_paged = s.paged ? 1 : 0;
+  const int64_t pages_per_request = (s.kv_len + 127) / 128;
+  if (s.paged) {
+    args.num_pages = s.batch * pages_per_request;
+    args.max_pages_per_request = pages_per_request;
+  } else {
+    args.total_k = s.batch * s.kv_len;
+  }
+  args.causal = 1;
+  return args;
+}
+
+LaunchPlan plan_of(const Shape& s, const flashmsa_tuning& tuning = sm90::default_tuning()) {
+  return plan_launch(args_of(s), h200(), tuning);
+}
+
+std::string name(const Shape& s) {
+  return "batch " + std::to_string(s.batch) + " x " + std::to_string(s.rows_per_request) +
+         " rows, Hq " + std::to_string(s.num_qo_heads) + " / Hkv " +
+         std::to_string(s.num_kv_heads) + ", topk " + std::to_string(s.topk) + ", KV " +
+         std::to_string(s.kv_len);
+}
+
+constexpr Shape kDecodeBatch1{1, 1, 64, 4, 16, 32768};
+constexpr Shape kDecodeBatch16{16, 1, 64, 4, 16, 32768};
+constexpr Shape kDecodeBatch64{64, 1, 64, 4, 16, 32768};
+constexpr Shape kMtpBatch32{32, 8, 64, 4, 16, 32768};
+constexpr Shape kPrefill32K{1, 32768, 64, 4, 16, 32768, false};
+
+TEST(LaunchPlan, DecodeBatchOneSplitsSixteenWaysInOneCluster) {
+  const LaunchPlan plan = plan_of(kDecodeBatch1);
+  EXPECT_TRUE(plan.decode_kernel);
+  EXPECT_EQ(plan.num_consumer_warpgroups, 1);
+  EXPECT_EQ(plan.ctas_per_sm, 2);
+  EXPECT_EQ(plan.tokens_per_tile, 1);
+  EXPECT_EQ(plan.max_tiles, 1);
+  EXPECT_EQ(plan.num_splits, 16);  // one block per CTA: 64 CTAs take under half the SMs
+  EXPECT_TRUE(plan.cluster_reduce);
+  EXPECT_TRUE(plan.push_reduce);
+  EXPECT_FALSE(plan.merges_in_workspace());
+  EXPECT_EQ(plan.workspace.bytes, 0u);
+  EXPECT_TRUE(plan.kv_evict_first);
+  EXPECT_TRUE(plan.tiles_outer);
+  EXPECT_EQ(plan.kv_l2_promotion, L2Promotion::kNone);
+  EXPECT_EQ(plan.smem.num_stages, 1);
+  EXPECT_EQ(plan.grid_ctas, 1 * 4 * 16);
+}
+
+TEST(LaunchPlan, DecodeBatchSixteenTakesTwoSplitsOfEightBlocks) {
+  const LaunchPlan plan = plan_of(kDecodeBatch16);
+  EXPECT_TRUE(plan.decode_kernel);
+  EXPECT_EQ(plan.num_splits, 2);
+  EXPECT_TRUE(plan.cluster_reduce);
+  EXPECT_EQ(plan.grid_ctas, 16 * 4 * 2);
+}
+
+TEST(LaunchPlan, DecodeBatchSixtyFourFillsTheMachineWithoutSplits) {
+  const LaunchPlan plan = plan_of(kDecodeBatch64);
+  EXPECT_TRUE(plan.decode_kernel);
+  EXPECT_EQ(plan.num_splits, 1);
+  EXPECT_FALSE(plan.cluster_reduce);
+  EXPECT_FALSE(plan.push_reduce);
+  EXPECT_EQ(plan.grid_ctas, 64 * 4);
+}
+
+TEST(LaunchPlan, MultiTokenPredictionIsOneThrottledTwoConsumerTileARequest) {
+  const LaunchPlan plan = plan_of(kMtpBatch32);
+  EXPECT_FALSE(plan.decode_kernel);  // 256 rows x 4 KV heads do not fit one CTA per SM
+  EXPECT_EQ(plan.num_consumer_warpgroups, 2);
+  EXPECT_EQ(plan.tokens_per_tile, 8);
+  EXPECT_EQ(plan.uniform_rows, 8);
+  EXPECT_EQ(plan.num_splits, 1);
+  EXPECT_EQ(plan.inflight_throttle, 2);
+  EXPECT_EQ(plan.pacing_slack, sm90::kPacingSlackZero);
+  EXPECT_TRUE(plan.kv_evict_first);
+  EXPECT_EQ(plan.smem.num_stages, 2);
+}
+
+TEST(LaunchPlan, MultiTokenPredictionOfFewRequestsTakesTheDecodeKernel) {
+  // 4 requests x 8 rows x 4 KV heads = 128 CTAs fit one per SM.
+  const LaunchPlan plan = plan_of({4, 8, 64, 4, 16, 32768});
+  EXPECT_TRUE(plan.decode_kernel);
+  EXPECT_EQ(plan.max_tiles, 32);
+}
+
+TEST(LaunchPlan, PrefillIsTwoConsumerTilesOfEightTokensWithoutSplits) {
+  const LaunchPlan plan = plan_of(kPrefill32K);
+  EXPECT_FALSE(plan.decode_kernel);
+  EXPECT_EQ(plan.num_consumer_warpgroups, 2);
+  EXPECT_EQ(plan.ctas_per_sm, 1);
+  EXPECT_EQ(plan.heads_per_chunk, 16);
+  EXPECT_EQ(plan.tokens_per_warpgroup, 4);
+  EXPECT_EQ(plan.tokens_per_tile, 8);
+  EXPECT_EQ(plan.max_tiles, 32768 / 8 + 1 + 2);
+  EXPECT_EQ(plan.num_splits, 1);
+  EXPECT_FALSE(plan.kv_evict_first);  // neighbouring tiles share blocks in L2
+  EXPECT_FALSE(plan.tiles_outer);
+  EXPECT_EQ(plan.inflight_throttle, 0);
+  EXPECT_EQ(plan.pacing_slack, 0);
+  EXPECT_EQ(plan.smem.num_stages, sm90::kPrefillMaxStages);
+  EXPECT_EQ(plan.warp_planning, sm90::kWarpPlanBitmap);  // 128 candidates, 32K keys
+  EXPECT_EQ(plan.workspace.bytes, 0u);
+}
+
+TEST(LaunchPlan, ShortPrefillSplitsThroughTheWorkspace) {
+  // 64 tokens: 8 tiles x 4 KV heads = 32 units for 132 SMs, so four splits, merged by the merge
+  // kernel from fp32 partials of every row.
+  const LaunchPlan plan = plan_of({1, 64, 64, 4, 16, 32768});
+  EXPECT_FALSE(plan.decode_kernel);
+  EXPECT_EQ(plan.num_consumer_warpgroups, 2);
+  EXPECT_EQ(plan.num_splits, 4);
+  EXPECT_FALSE(plan.cluster_reduce);
+  ASSERT_TRUE(plan.merges_in_workspace());
+  const size_t rows = 4 * 64 * 64;
+  EXPECT_EQ(plan.workspace.partial_lse, rows * 128 * 4);
+  EXPECT_EQ(plan.workspace.partial_lse_t, rows * 128 * 4 + rows * 4);
+  EXPECT_EQ(plan.workspace.bytes, rows * 128 * 4 + 2 * rows * 4);
+}
+
+TEST(LaunchPlan, GroupOfOneHeadTilesOneHundredTwentyEightTokens) {
+  const LaunchPlan plan = plan_of({1, 4096, 8, 8, 16, 4096});
+  EXPECT_EQ(plan.heads_per_chunk, 1);
+  EXPECT_EQ(plan.num_head_chunks, 1);
+  EXPECT_EQ(plan.tokens_per_tile, 128);
+  EXPECT_EQ(plan.warp_planning, sm90::kWarpPlanNone);  // 2048 candidates: block-wide plan
+}
+
+TEST(LaunchPlan, OneConsumerTilesShrinkUntilAStageFitsBesideTheirPlanning) {
+  // One head a group at topk 32: 64 tokens would plan over 2048 candidates of two mask words,
+  // which leaves no room for a K and V stage at two CTAs per SM; 32 tokens do.
+  const LaunchPlan plan = plan_of({1, 16, 1, 1, 32, 20000});
+  EXPECT_EQ(plan.num_consumer_warpgroups, 1);
+  EXPECT_EQ(plan.tokens_per_tile, 32);
+  EXPECT_EQ(plan.smem.num_stages, 1);
+  // At topk 16 64 tokens fit, and keep them.
+  EXPECT_EQ(plan_of({1, 16, 1, 1, 16, 20000}).tokens_per_tile, 64);
+}
+
+TEST(LaunchPlan, GroupsWiderThanAWarpgroupAreCutIntoHeadChunks) {
+  const LaunchPlan plan = plan_of({1, 1, 128, 1, 16, 32768});
+  EXPECT_FALSE(plan.decode_kernel);  // more than 16 heads a KV head
+  EXPECT_EQ(plan.num_consumer_warpgroups, 1);
+  EXPECT_EQ(plan.heads_per_chunk, 64);
+  EXPECT_EQ(plan.num_head_chunks, 2);
+  EXPECT_FALSE(plan.push_reduce);  // the push reduction holds 16 rows
+  EXPECT_EQ(plan.grid_ctas % 2, 0);
+}
+
+TEST(LaunchPlan, TopkSixtyFourDecodesOnTheOneConsumerShape) {
+  const LaunchPlan plan = plan_of({4, 1, 64, 4, 64, 131072});
+  EXPECT_FALSE(plan.decode_kernel);  // more than 32 index entries a row
+  EXPECT_EQ(plan.num_consumer_warpgroups, 1);
+  EXPECT_GT(plan.num_splits, 1);
+  EXPECT_LE(plan.num_splits, sm90::kMaxClusterSplits);
+  EXPECT_TRUE(plan.cluster_reduce);
+}
+
+TEST(LaunchPlan, TopkOneHasOneBlockToSplit) {
+  const LaunchPlan plan = plan_of({1, 1, 64, 4, 1, 32768});
+  EXPECT_TRUE(plan.decode_kernel);
+  EXPECT_EQ(plan.num_splits, 1);
+  EXPECT_FALSE(plan.cluster_reduce);
+}
+
+TEST(LaunchPlan, EmptyCallsLaunchNothing) {
+  Shape none = kDecodeBatch1;
+  none.rows_per_request = 0;
+  EXPECT_TRUE(plan_of(none).empty);
+  EXPECT_EQ(plan_of(none).workspace.bytes, 0u);
+}
+
+TEST(LaunchPlan, GridsPastOneLaunchAreNotSupported) {
+  flashmsa_args args = args_of(kPrefill32K);
+  args.total_q = int64_t{1} << 36;
+  try {
+    plan_launch(args, h200(), sm90::default_tuning());
+    FAIL() << "a grid of more than 2^31 CTAs was planned";
+  } catch (const flashmsa::Error& error) {
+    EXPECT_EQ(error.status(), FLASHMSA_ERROR_NOT_SUPPORTED);
+    EXPECT_NE(std::string(error.what()).find("too large for one launch"), std::string::npos);
+  }
+}
+
+TEST(LaunchPlan, TuningOverridesOneDecisionEach) {
+  flashmsa_tuning tuning = sm90::default_tuning();
+  tuning.splits = 4;
+  EXPECT_EQ(plan_of(kDecodeBatch1, tuning).num_splits, 4);
+  tuning.splits = 17;  // past the largest cluster: the plan's own
+  EXPECT_EQ(plan_of(kDecodeBatch1, tuning).num_splits, 16);
+
+  tuning = sm90::default_tuning();
+  tuning.cluster = 0;
+  const LaunchPlan merged = plan_of(kDecodeBatch1, tuning);
+  EXPECT_FALSE(merged.cluster_reduce);
+  EXPECT_TRUE(merged.merges_in_workspace());
+  EXPECT_GT(merged.workspace.bytes, 0u);
+
+  tuning = sm90::default_tuning();
+  tuning.decode_kernel = 0;
+  EXPECT_FALSE(plan_of(kDecodeBatch1, tuning).decode_kernel);
+  tuning.decode_kernel = 2;  // every call of up to 8 rows a request
+  EXPECT_TRUE(plan_of(kMtpBatch32, tuning).decode_kernel);
+
+  tuning = sm90::default_tuning();
+  tuning.l2_promotion = 2;
+  tuning.evict_first = 1;
+  tuning.speculate = 0;
+  tuning.warp_plan = 2;
+  const LaunchPlan prefill = plan_of(kPrefill32K, tuning);
+  EXPECT_EQ(prefill.kv_l2_promotion, L2Promotion::k256B);
+  EXPECT_TRUE(prefill.kv_evict_first);
+  EXPECT_FALSE(prefill.speculate_first_block);
+  EXPECT_EQ(prefill.warp_planning, sm90::kWarpPlanSorted);
+
+  tuning = sm90::default_tuning();
+  tuning.throttle = 0;
+  tuning.pace = 0;
+  const LaunchPlan mtp = plan_of(kMtpBatch32, tuning);
+  EXPECT_EQ(mtp.inflight_throttle, 0);
+  EXPECT_EQ(mtp.pacing_slack, 0);
+}
+
+TEST(LaunchPlan, DeepPipelineRunsOneCtaPerSmWithMoreStages) {
+  flashmsa_tuning tuning = sm90::default_tuning();
+  tuning.deep_pipeline = 1;
+  const LaunchPlan plan = plan_of(kDecodeBatch16, tuning);
+  EXPECT_EQ(plan.ctas_per_sm, 1);
+  EXPECT_GT(plan.smem.num_stages, 1);
+}
+
+TEST(LaunchPlan, InvariantsOverASweep) {
+  for (int64_t batch : {1, 2, 3, 5, 8, 16, 33, 64, 128, 300}) {
+    for (int64_t rows : {1, 2, 4, 8, 16, 171, 1024}) {
+      for (int64_t heads : {1, 4, 8, 16, 64}) {
+        for (int64_t topk : {1, 16, 32, 64}) {
+          const Shape s{batch, rows, heads, heads >= 4 ? 4 : 1, topk, 20000};
+          SCOPED_TRACE(name(s));
+          LaunchPlan plan;
+          try {
+            plan = plan_of(s);
+          } catch (const flashmsa::Error& error) {
+            ADD_FAILURE() << error.what();
+            continue;
+          }
+          const flashmsa_args args = args_of(s);
+          ASSERT_FALSE(plan.empty);
+          EXPECT_GE(plan.num_splits, 1);
+          EXPECT_LE(plan.num_splits, sm90::kMaxMergeSplits);
+          if (plan.cluster_reduce) EXPECT_LE(plan.num_splits, sm90::kMaxClusterSplits);
+          EXPECT_EQ(plan.merges_in_workspace(), plan.workspace.bytes > 0);
+          EXPECT_EQ(plan.grid_ctas,
+                    plan.max_tiles * args.num_kv_heads * plan.num_head_chunks * plan.num_splits);
+          EXPECT_LE(plan.tokens_per_tile * args.topk, sm90::kMaxCandidates);
+          EXPECT_EQ(plan.heads_per_chunk * plan.num_head_chunks >= args.num_qo_heads /
+                                                                      args.num_kv_heads,
+                    true);
+          const uint32_t budget = plan.ctas_per_sm == 1 ? sm90::kSharedMemoryLimit
+                                                        : sm90::kTwoCtasPerSmSharedBytes;
+          EXPECT_LE(plan.smem.bytes + sm90::kSharedMemoryAlignmentSlack, budget);
+          EXPECT_EQ(plan.smem.k % 1024, 0u);
+          EXPECT_EQ(plan.smem.v % 1024, 0u);
+          if (plan.decode_kernel) EXPECT_EQ(plan.max_tiles, args.total_q);
+          if (plan.push_reduce) EXPECT_TRUE(plan.cluster_reduce);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
