@@ -49,7 +49,17 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=20, help="timed samples per measurement (>= 20)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--launch-overrides", default="", metavar="NAME=VALUE,...",
+                   help="test-only overrides of the Hopper launch plan for every call of the run "
+                        "(flashmsa.testing.FIELDS), e.g. splits=4,push=0")
     return p
+
+
+def launch_overrides(text: str):
+    """The run's launch overrides (--launch-overrides "splits=4,push=0"), as a context."""
+    import flashmsa.testing
+    fields = dict(item.split("=", 1) for item in text.split(",") if item)
+    return flashmsa.testing.launch_overrides(**{k: int(v) for k, v in fields.items()})
 
 
 def check_device(device: str) -> None:

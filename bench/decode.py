@@ -222,6 +222,11 @@ def main():
     p.add_argument("--low-latency", action="store_true",
                    help="with --quick: also the published suite's low-latency rows (batch 1-4)")
     args = p.parse_args()
+    with common.launch_overrides(args.launch_overrides):
+        run(args)
+
+
+def run(args):
     common.check_device(args.device)
     heads = (8, 2, 4) if args.device == "cpu" else (64, 4, 16)
     if args.device == "cpu":

@@ -302,6 +302,11 @@ def summary(rows, ceilings, union_rows, aggs):
 
 def main():
     args = parse_args()
+    with common.launch_overrides(args.launch_overrides):
+        run(args)
+
+
+def run(args):
     common.check_device(args.device)
     quick, cpu = args.quick, args.device == "cpu"
     if args.flex_budget is None:

@@ -5,10 +5,11 @@ the decode suite's weighted figure, one column per run, and keeps each run's log
 
     PYTHONPATH=python python3 scripts/ab_decode.py --out DIR [--rounds 2] \\
         main=build-main/libflashmsa.so new=build-gpu/libflashmsa.so \\
-        knob=build-gpu/libflashmsa.so,FLASHMSA_TUNE_X=1
+        splits4=build-gpu/libflashmsa.so,splits=4
 
-A build may name environment settings after its library (`,NAME=VALUE` each), so that a
-launch override is compared as a build of its own.
+A build may name launch overrides after its library (`,NAME=VALUE` each, flashmsa.testing's
+fields, passed to the benchmark as --launch-overrides), so that an override is compared as a
+build of its own.
 
 `--low-latency` adds the decode suite's low-latency rows (batch 1-4, 8 query tokens per request,
 weight 0 in the suite's figure) to each run and to the table.
@@ -36,12 +37,12 @@ ISSUE_ROWS = ("b1_kv32768", "b16_kv32768", "b64_kv32768", "b128_kv32768", "b64_k
 def run_once(label, build, out_dir, index, timeout, bench, low_latency=False):
     """One quick benchmark with `build` ("library[,NAME=VALUE...]"): decode {row: (us, GB/s)}
     plus the suite and the copy, or prefill {row: (ms, useful TFLOP/s)} plus the aggregate."""
-    library, *settings = build.split(",")
+    library, *overrides = build.split(",")
     env = dict(os.environ, FLASHMSA_LIBRARY=library)
-    env.update(setting.split("=", 1) for setting in settings)
     log_path = os.path.join(out_dir, f"ab_{index}_{label}.log")
     command = [sys.executable, "-m", f"bench.{bench}", "--quick", "--out",
-               os.path.join(out_dir, f"ab_{index}_{label}")]
+               os.path.join(out_dir, f"ab_{index}_{label}"),
+               "--launch-overrides", ",".join(overrides)]
     if bench == "prefill":  # msa only: the baselines do not move between libraries
         command += ["--sizes", "32768", "--impls", "msa", "--production-impls", "msa"]
     elif low_latency:

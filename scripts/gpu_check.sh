@@ -18,7 +18,7 @@
 # 570), TESTS_TIMEOUT / PREFILL_TIMEOUT / DECODE_TIMEOUT (caps per step), PREFILL_ARGS /
 # DECODE_ARGS (extra benchmark options, e.g. PREFILL_ARGS="--sizes 32768 --impls msa"),
 # TIMELINE_LIBRARY (default build-timeline/libflashmsa.so, configured -DFLASHMSA_TIMELINE=ON),
-# TUNE_ARGS (e.g. "FLASHMSA_TUNE_SPLITS=1 FLASHMSA_TUNE_ONE_TOKEN=0,2").
+# TUNE_ARGS (launch overrides to sweep, flashmsa.testing.FIELDS: e.g. "splits=1,4 decode_kernel=0,2").
 # Files written under $OUT (the device machine returns at most 8): sass_summary.txt,
 # gpu_tests.log, bench.log, prefill.{csv,json,png}, decode.{csv,json}, timeline.log, tune.log.
 set -uo pipefail

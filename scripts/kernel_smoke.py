@@ -3,6 +3,7 @@ reference, then MiniMax-M3 prefill timings per selection pattern. The full suite
 and the full benchmark bench/; this is the few-seconds check run after each kernel change.
 
     FLASHMSA_LIBRARY=build-gpu/libflashmsa.so PYTHONPATH=python python3 scripts/kernel_smoke.py
+        [--tune splits=1,4 deep_pipeline=1 | --sweep | --kernels]
 """
 import os
 import sys
@@ -12,6 +13,7 @@ import torch
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 sys.path[:0] = [os.path.join(ROOT, "tests"), ROOT]
 import flashmsa  # noqa: E402
+import flashmsa.testing  # noqa: E402
 from bench.selection import BLOCK, distinct_blocks, select  # noqa: E402
 from bench.selection import kv_bytes as bench_kv_bytes  # noqa: E402
 from flashmsa.cli import build_inputs  # noqa: E402
@@ -135,35 +137,32 @@ def decode_kernel_times():
 
 
 def decode_tuning_sweep(settings=None):
-    """Graph-replay times of the M3 decode cases under the launch overrides of launch.cu
-    (FLASHMSA_TUNE_SPLITS: KV splits; FLASHMSA_TUNE_TILES_OUTER: grid order;
-    FLASHMSA_TUNE_EVICT_FIRST: L2 policy of the K/V loads; FLASHMSA_TUNE_SPECULATE: the
-    speculative first block; FLASHMSA_TUNE_DEEP_PIPELINE=1: one CTA per SM with as many
-    stages as fit (three) for grids that fit; FLASHMSA_TUNE_STAGES: the decode kernel's most
-    stages), read by the library on every call. The settings swept are the open questions;
+    """Graph-replay times of the M3 decode cases under launch overrides (flashmsa.testing.FIELDS:
+    splits, tiles_outer, evict_first, speculate, deep_pipeline, stages, throttle, pace, ...),
+    each setting "name=value". The settings swept by default are the open questions;
     docs/performance.md records the earlier sweeps."""
     cases = ((1, 1, 32768), (8, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768),
              (64, 1, 131072), (32, 8, 32768))
     # TUNE_CASES="1x1,16x1,128x8x1000" sweeps only those (cases_from_env).
     cases = cases_from_env("TUNE_CASES", cases)
-    settings = list(settings or [("FLASHMSA_TUNE_STAGES", "2"), ("FLASHMSA_TUNE_SPLITS", "1"),
-                                 ("FLASHMSA_TUNE_SPLITS", "4"),
-                                 ("FLASHMSA_TUNE_DEEP_PIPELINE", "1")])
+    settings = list(settings or ["stages=2", "splits=1", "splits=4", "deep_pipeline=1"])
     # Default again at the end: the first timing of an input set runs about 5% slow at batch 64
-    # and 128 (scripts/warming.py), so compare the settings with this last one.
-    settings += [("default", "")]
+    # and 128, so compare the settings with this last one.
+    settings = ["default"] + settings + ["default"]
     # TUNE_SETS=n times calls that cycle through n input sets (seeds), as the benchmark's
     # rotation does, so that small batches' K/V is not read from L2 (one set: it is).
     sets = int(os.environ.get("TUNE_SETS", "1"))
     for batch, tokens, kv_len in cases:
         args = [decode_case(batch, tokens, kv_len, seed=seed) for seed in range(sets)]
         gbytes = kv_bytes(args[0])
-        for name, value in [("default", "")] + settings:
-            if name != "default":
-                os.environ[name] = value
-            seconds = time_graph(args)
-            os.environ.pop(name, None)
-            print(f"tune b{batch:3d} t{tokens} kv{kv_len:6d} {name}={value:3s} "
+        for setting in settings:
+            fields = {}
+            if setting != "default":
+                name, value = setting.split("=", 1)
+                fields[name] = int(value)
+            with flashmsa.testing.launch_overrides(**fields):
+                seconds = time_graph(args)
+            print(f"tune b{batch:3d} t{tokens} kv{kv_len:6d} {setting:20s} "
                   f"{seconds * 1e6:9.1f} us {gbytes / seconds / 1e12:6.2f} TB/s", flush=True)
 
 
@@ -238,7 +237,7 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["--tune"]:
         # --tune [NAME=v1,v2,... ...]: sweep these overrides (each value alone, in turn)
         # instead of the default list.
-        swept = [(name, value) for arg in sys.argv[2:]
+        swept = [f"{name}={value}" for arg in sys.argv[2:]
                  for name, values in [arg.split("=")] for value in values.split(",")]
         decode_tuning_sweep(swept or None)
     elif sys.argv[1:] == ["--kernels"]:
