@@ -69,6 +69,19 @@ def test_topk(topk, dtype):
     check_gpu_result(case, run_gpu(case))
 
 
+@pytest.mark.parametrize("topk", [16, 32, 33, 64])
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2)], ids=lambda h: f"hq{h[0]}_hkv{h[1]}")
+def test_one_consumer_tiles(heads, topk):
+    """Requests of 16 rows at group sizes 1 and 4 take the prefill kernel's one-consumer shape
+    (two CTAs per SM), whose tiles hold up to 64 tokens: at group size 1 and topk 32 that many
+    tokens' planning buffers leave no room for a K/V stage, and the launch plan halves them."""
+    hq, hkv = heads
+    name = _name("one_consumer", torch.bfloat16, hq=hq, hkv=hkv, topk=topk)
+    case = make_case(name, [16, 16, 16], [9000, 2000, 300], hq, hkv, topk, True, seed=16 + topk,
+                     layout="paged")
+    check_gpu_result(case, run_gpu(case))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_scales(dtype):
     """softmax_scale and the global K/V scales (the latter apply to any K/V dtype)."""
