@@ -1,0 +1,3 @@
+# s25 call 4: batch 16's launch shape re-measured on main's kernels (build-ab/prep.so = 0cf5fdb): the default (2 splits, two CTAs per SM, one stage) against 3 and 4 splits and one CTA per SM with two stages (launch overrides, which apply to every row), two rounds
+export PYTHONPATH=python:scripts PYTHONUNBUFFERED=1
+timeout 330 python3 scripts/ab_decode.py --out $OUT/abd --rounds 2 --timeout 70 main=build-ab/prep.so split3=build-ab/prep.so,FLASHMSA_TUNE_SPLITS=3 split4=build-ab/prep.so,FLASHMSA_TUNE_SPLITS=4 onepersm2=build-ab/prep.so,FLASHMSA_TUNE_CTAS_PER_SM=1,FLASHMSA_TUNE_STAGES=2 > $OUT/ab_decode.log 2>&1; tail -10 $OUT/ab_decode.log; rm -rf $OUT/abd
