@@ -165,7 +165,7 @@ run_tune() {
 
 run_sass
 case "$mode" in
-  all)     run_tests 330 "$@"  # the suite took 227-290 s in the fifteenth session
+  all)     run_tests 330 "$@"  # the suite takes about 270 s on the H200
            run_bench prefill bench.prefill "${PREFILL_TIMEOUT:-150}" "--quick ${PREFILL_ARGS:-}"
            run_bench decode bench.decode "${DECODE_TIMEOUT:-80}" "--quick ${DECODE_ARGS:-}" ;;
   tests)   run_tests 540 "$@" ;;

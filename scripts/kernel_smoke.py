@@ -140,7 +140,7 @@ def decode_tuning_sweep(settings=None):
     """Graph-replay times of the M3 decode cases under launch overrides (flashmsa.testing.FIELDS:
     splits, tiles_outer, evict_first, speculate, deep_pipeline, stages, throttle, pace, ...),
     each setting "name=value". The settings swept by default are the open questions;
-    docs/performance.md records the earlier sweeps."""
+    the commit history records the earlier sweeps."""
     cases = ((1, 1, 32768), (8, 1, 32768), (16, 1, 32768), (64, 1, 32768), (128, 1, 32768),
              (64, 1, 131072), (32, 8, 32768))
     # TUNE_CASES="1x1,16x1,128x8x1000" sweeps only those (cases_from_env).

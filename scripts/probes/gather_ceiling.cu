@@ -22,7 +22,7 @@
 // block is loaded (one bulk copy; the kernel's two 64-dim TMA boxes, with or without L2
 // promotion and the evict-first hint; one 5-D box).
 //
-// Results (H200, docs/performance.md, logs in docs/gpu_runs/gather_ceiling/ and
+// Results (H200, logs in docs/gpu_runs/gather_ceiling/ and
 // docs/gpu_runs/decode_floors/): batch 64's blocks read in 64-66 us per call (4.1-4.2 TB/s)
 // over 48.8 GiB as over 4 GiB; the kernel's boxes with 256-byte L2 promotion took 68.3 us,
 // without 63.9 (so the K/V maps have no promotion); with the kernel's 2 us start and math holds

@@ -1,4 +1,4 @@
-// What the diagnostic probes in scripts/ (sm_bandwidth.cu, gather_ceiling.cu, icache_probe.cu)
+// What the diagnostic probes in scripts/probes/ (sm_bandwidth.cu, gather_ceiling.cu)
 // share; not part of the library. Built with -Isrc.
 #pragma once
 

@@ -1,13 +1,13 @@
 // Diagnostic, not part of the library: how evenly a Hopper GPU's SMs share DRAM bandwidth when
 // every SM streams at once, and whether the split follows the GPCs. Decode batch 64's CTAs end
-// between 53 and 68 us, and the two CTAs that share an SM end alike (correlation 0.99,
-// docs/performance.md): if a plain streaming kernel shows the same spread, the work has to move
-// to the fast SMs during a call, and this says at what level (SM, TPC, GPC) they differ.
+// between 53 and 68 us, and the two CTAs that share an SM end alike (correlation 0.99): if a
+// plain streaming kernel shows the same spread, the work has to move to the fast SMs during a
+// call, and this says at what level (SM, TPC, GPC) they differ.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc -o build-gpu/sm_bandwidth scripts/probes/sm_bandwidth.cu
 //   build-gpu/sm_bandwidth [MiB per SM, default 64] [repeats, default 3]
 //
-// Result (H200, docs/gpu_runs/sm_bandwidth/sm_bandwidth.log, docs/performance.md): the call
+// Result (H200, docs/gpu_runs/sm_bandwidth/sm_bandwidth.log): the call
 // streams 4.68-4.70 TB/s at every ring depth; with 64 KiB in flight per SM every SM gets
 // 35.7-36.4 GB/s, with 128 or 192 KiB a few SMs get 47-49 GB/s while the rest stay at 35.9: more
 // in flight adds nothing in all and makes the shares unequal, so a grid of one wave then ends

@@ -1,7 +1,7 @@
 // The KV-split reduction of one-consumer and decode launches, inside the thread-block cluster that the split CTAs
 // of one (tile, head column) form (launch.cu: cluster of num_splits CTAs along x; the split
 // index is the CTA's rank in the cluster). This replaces the merge kernel's global round trip
-// and its launch (docs/performance.md). Two ways:
+// and its launch. Two ways:
 //   push (one-token tiles of launches with push_reduce): split r owns rows r, r + S, ... of
 //     the tile's 16; every split writes its normalised partial's other rows and their LSEs
 //     into their owners' receive buffers with st.async, completing on the owner's
@@ -93,7 +93,7 @@ __device__ __forceinline__ RowDestination<Element> row_destination(const Attenti
 // past `splits` are not read (predicated loads) and count as LSE -inf and value 0, so that
 // their weight is exactly 0 and their terms add exactly nothing. It runs once per CTA, cold, at
 // the end of every split decode call (batch 1: joined to LSEs combined took 0.8 us with one
-// branch per split and the range checks of expf / logf / IEEE division, docs/performance.md).
+// branch per split and the range checks of expf / logf / IEEE division).
 template <int kSlots, typename Element, bool kTemperatureLse, typename LseOf, typename LseTOf,
           typename ValueOf>
 __device__ __forceinline__ void combine_row_in_slots(const RowDestination<Element>& destination,
@@ -323,7 +323,7 @@ static_assert(kDecodeRows * (kHeadDim + 2) * sizeof(float) <= kKvTileBytes,
 // worked out before the slice's loop (prepare_push): after the last block only the partial's
 // arithmetic, the stores and the combine remain. Worked out after the loop, these were on every
 // CTA's way to its push and, at the owners, between the last push landing and the combine:
-// constant-bank loads, a division and 64-bit offsets (graph-replay timeline, s24: the two-slot
+// constant-bank loads, a division and 64-bit offsets (graph-replay timeline: the two-slot
 // combine of batch 16 began 0.45 us after the join, batch 1's sixteen-slot one 0.64 us).
 template <typename Element>
 struct PushPlan {
@@ -429,7 +429,7 @@ __device__ __forceinline__ PushPlan<Element> prepare_push(const AttentionParams&
 // it with st.async; rows this split owns go to its first V stage; once every push has landed,
 // warp w combines the owned rows w and w + 4 (of this split's) over all splits, one warp per
 // row (combine_row_over_splits): eight threads combining a row one split after the other took
-// 1.9 us of batch 1's 8.6 (docs/performance.md).
+// 1.9 us of batch 1's 8.6.
 template <typename Element, bool kTemperatureLse>
 __device__ __forceinline__ void reduce_by_push(const Smem& smem, const TilePlan& plan,
                                                const PushPlan<Element>& push,

@@ -180,7 +180,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
   // Tile tokens this warpgroup owns, as a bit set over the planning masks' words: bits
   // [own_begin, own_end) formed word by word, not bit by bit (the per-bit loop, which the
   // compiler unrolled, was about 440 instructions that every CTA fetched cold once: about 2 us
-  // of multi-token prediction's start, docs/performance.md).
+  // of multi-token prediction's start).
   uint32_t own_tokens[kMaxMaskWords];
   const int own_begin = row_group * p.tokens_per_warpgroup;
   const int own_end = min(own_begin + p.tokens_per_warpgroup, plan.num_tokens);
@@ -198,7 +198,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
 
   // One block at a time: S = Q K^T, release K, softmax, O += P V, release V. (Overlapping the
   // next block's Q K^T with this block's P V, as FlashAttention-3 does, measured slower here:
-  // with two stages, holding V a step longer starves the producer; docs/performance.md.)
+  // with two stages, holding V a step longer starves the producer.)
   const int num_stages = p.smem_layout.num_stages;
   RingCursor ring;
   for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {

@@ -12,7 +12,7 @@
 // At the end the warps add their row sums through shared memory, and each warp's O is its
 // quarter of the CTA's output rows: nothing is merged. The earlier split (each warp all 128
 // dims of its 32 keys) ended with a merge of four 8 KiB partials through bank-conflicted
-// shared memory that took 1.6 us of batch 1's 8.0 (docs/performance.md).
+// shared memory that took 1.6 us of batch 1's 8.0.
 // The KV split's CTAs are then reduced through the cluster (cluster_reduce.cuh) or through
 // the workspace and the merge kernel (merge.cu), or the output is written directly. Decode
 // moves K and V once through the SM: what limits it is the latency of each block's chain, not

@@ -11,8 +11,8 @@
 //               meanwhile, then run the one-token consumer (decode_consumer.cuh) and the
 //               cluster reduction of the splits.
 // prefill_kernel spends about 5 us of a 10 us batch-1 call before its first K lands: a block-wide
-// request scan, shared-memory planning buffers and two warpgroups of code run cold on every CTA
-// (docs/performance.md). Here nothing stands between the two rounds of loads and the first TMA.
+// request scan, shared-memory planning buffers and two warpgroups of code run cold on every
+// CTA. Here nothing stands between the two rounds of loads and the first TMA.
 // The consumers are threads 32..159; their index within the warpgroup is threadIdx.x % 128, a
 // permutation of 0..127, which is all the consumer and the reduction rely on. Any row-to-request
 // mapping is right (the plan searches when row t is not request t's), so requests of several
@@ -201,9 +201,9 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
   // Everything above overlaps the previous kernel's tail (programmatic dependent launch), and
   // so does each role's jump to its own code: the grid wait is the first thing in each branch.
   // Warp 0's code lies past the consumers' (49 KB on), and the first fetch of a far branch
-  // target stalls the warp (ncu, s23: 0.3-0.4 us at the one far jump on the plan's path after
+  // target stalls the warp (ncu: 0.3-0.4 us at the one far jump on the plan's path after
   // round one). Made after the wait, this jump was on every CTA's way to its first load: with
-  // it before, batch 1 takes 5.60 us against 5.77 and batch 16 0.33 us less (s25).
+  // it before, batch 1 takes 5.60 us against 5.77 and batch 16 0.33 us less.
   if (threadIdx.x < 32) {
     wait_for_previous_grid();
     FLASHMSA_MARK(kMarkWaited);

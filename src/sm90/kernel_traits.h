@@ -15,7 +15,7 @@ constexpr int kMaxConsumerWarpgroups = 2;
 constexpr int kMaxThreads = 128 * (1 + kMaxConsumerWarpgroups);  // warpgroup 0 produces
 // K and V have separate rings of stages: K of a block is released as soon as S = Q K^T is done,
 // V after P V. SmemLayout gives a launch as many stages as fit, up to kMaxStages, and prefill up
-// to kPrefillMaxStages: measured on the H200 (docs/performance.md), a third stage made
+// to kPrefillMaxStages: measured on the H200, a third stage made
 // MiniMax-M3 prefill 5% slower. Decode grids run two CTAs per SM of one stage each; the
 // test-only override deep_pipeline=1 (flashmsa_testing.h) gives those that fit one CTA per SM as
 // many as fit, three (launch_plan.cpp says why it is off).

@@ -1,5 +1,6 @@
 // plan_launch (launch_plan.h): the Hopper launch of a call from its shapes and the device. The
-// measurements behind each rule are in docs/performance.md.
+// measurements behind each rule are quoted beside it (H200); the runs are in the commit
+// history (docs/history.md).
 #include "sm90/launch_plan.h"
 
 #include <algorithm>

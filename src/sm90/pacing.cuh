@@ -62,7 +62,7 @@ __device__ __forceinline__ bool pacing_boosted(const SmemHeader& header) {
 // The pacer (one thread of the producer warpgroup, beside the producer): until the producer has
 // issued its last step, compares this CTA's steps left with the running CTAs' mean and boosts
 // the producer while it is more than (p.pacing_slack - kPacingSlackZero) / 4 blocks above it.
-// Measured best at the mean itself (docs/performance.md, twentieth session).
+// Measured best at the mean itself (slacks of -0.5 to -2 blocks slower, +0.5 the same).
 __device__ inline void pace(const AttentionParams& p, SmemHeader& header, int steps) {
   const int64_t slack_quarters = static_cast<int64_t>(p.pacing_slack) - kPacingSlackZero;
   const volatile int32_t* progress = &header.pacing_progress;

@@ -50,7 +50,7 @@ struct AttentionParams {
   // by block (kWarpPlanBitmap: through a bitmap of the request's blocks, or a sorting network
   // where they do not fit it; kWarpPlanSorted: always the network), which keeps the concurrent
   // prefill tiles of one head walking their blocks in the same order (entry order measured
-  // 5-10% slower on M3 prefill: docs/performance.md). Larger tiles plan with every thread,
+  // 5-10% slower on M3 prefill). Larger tiles plan with every thread,
   // sorted (planning.cuh); 0.
   int32_t warp_planning;
   // Whether warp planning loads its slice's probable first block before the plan is done

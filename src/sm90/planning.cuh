@@ -79,8 +79,7 @@ __device__ __forceinline__ FastDivisor one_split() { return FastDivisor{1, 1, 0}
 // Step i of a CTA's slice uses stage i % num_stages of the K and V rings, in phase
 // (i / num_stages) & 1 of that stage's barriers (the producer waits for the opposite phase of
 // the empty barriers). The loops step through the ring with this cursor instead of dividing by
-// the stage count, a runtime value: the division was 4.7% of MTP's warp samples
-// (docs/performance.md).
+// the stage count, a runtime value: the division was 4.7% of MTP's warp samples.
 struct RingCursor {
   int stage = 0;
   uint32_t phase = 0;
@@ -276,7 +275,7 @@ constexpr int kWarpSortMax = kWarpPlanMaxEntries;  // sorted by one warp in regi
 // Entry e of the tile's tokens x topk index list belongs to token e / topk. The entries live in
 // shared memory (entry_blocks), and every loop over them is rolled (#pragma unroll 1): a CTA
 // runs planning once, with cold instruction caches, and unrolled copies of these loops made it
-// take about 5 us on the H200 (docs/performance.md).
+// take about 5 us on the H200.
 // Runs after locate_tile on every thread of a located tile (batch_index >= 0); ends with a
 // barrier.
 __device__ inline TilePlan plan_union(const AttentionParams& p, const Smem& smem, int kv_head,

@@ -1,7 +1,8 @@
 // The Hopper MSA kernel: one CTA per (query tile, KV head, head chunk, KV split).
 //   planning (all threads, or warp 0 while the consumers load Q) -> warpgroup 0: TMA producer |
 //   warpgroups 1..kConsumers: wgmma.
-// See docs/design.md for the tiling, the union-of-blocks plan and the measured trade-offs.
+// See docs/design.md for the tiling and the union-of-blocks plan, and docs/performance.md for
+// what limits it.
 #pragma once
 
 #include "sm90/consumer.cuh"

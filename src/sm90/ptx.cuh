@@ -13,7 +13,7 @@ __device__ __forceinline__ uint32_t smem_address(const void* pointer) {
 // ---- mbarriers -------------------------------------------------------------------------------
 
 // The SM this thread runs on, and the global timer in ns (diagnostics: the timeline build,
-// scripts/sm_bandwidth.cu).
+// scripts/probes/sm_bandwidth.cu).
 __device__ __forceinline__ uint32_t sm_id() {
   uint32_t id;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));

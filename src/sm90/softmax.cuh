@@ -27,7 +27,7 @@ __device__ __forceinline__ float exp2_flush(float x) {
 // log2(x) and 1/x in one MUFU instruction each, flushing subnormals, for x in [1, 2^24]: the sum
 // of a row's exponentials, whose largest term is exactly 1, and the sum of the split weights
 // in the cluster combine. log2f and the IEEE division add range checks, rescales and a
-// slow-path call to code that runs once per CTA, cold (docs/performance.md, twelfth session).
+// slow-path call to code that runs once per CTA, cold.
 __device__ __forceinline__ float log2_flush(float x) {
   float y;
   asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

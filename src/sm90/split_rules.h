@@ -16,8 +16,8 @@ namespace flashmsa::sm90 {
 // start (about 3 us to the first K, against about 7 for the two-consumer kernel's sorted plan of
 // the request's union and its merge kernel) outweighs reading a block once per row that
 // selects it rather than once per request; past one CTA per SM two rows share an SM's intake
-// and the union's sharing wins. Measured (H200, 8 rows a request, rotating inputs,
-// docs/performance.md): batch 1 13.2-13.8 us against 24.6-26.2 at KV 32000-200000, batch 4
+// and the union's sharing wins. Measured (H200, 8 rows a request, rotating inputs):
+// batch 1 13.2-13.8 us against 24.6-26.2 at KV 32000-200000, batch 4
 // 12.1-34.2 against 20.1-44.5 at KV 1000-200000 (128 CTAs); batch 5 37.9 against 28.4 at KV
 // 4000 (160 CTAs), batch 8 49.5 against 33.3. `mode` is flashmsa_tuning::decode_kernel: 0 never, 1
 // this rule, 2 every call of at most 8 rows per request (a measurement).
@@ -34,7 +34,7 @@ inline bool takes_one_token_kernel(bool one_token_shape, int64_t total_q, int64_
 // the SMs' worth of CTAs (112 of 132), then the fewest splits whose longest slice is as short
 // (more CTAs of the same slice length only add starts and pushes). `units`: the grid's likely
 // (tile, head) units; `max_union`: the most blocks a tile can read (topk for one row).
-// Measured (H200, topk 16, rotating inputs, docs/performance.md): batch 4 6 splits 9.0 us (8:
+// Measured (H200, topk 16, rotating inputs): batch 4 6 splits 9.0 us (8:
 // 10.0-10.5), batch 5 4 splits 9.6-9.8 (6: 10.9-11.0), batch 6 4 splits 10.4-10.6 (5:
 // 11.9-12.2), batch 8 3 splits 13.8 (4: 14.1-14.4), batch 10 2 splits 15.1 (3: 15.4-15.7),
 // batch 11 2 splits 15.7 (3: 20.5); batch 7's 4 (112 CTAs) and batch 16's 2 (8 blocks) were

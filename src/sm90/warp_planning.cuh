@@ -12,7 +12,7 @@
 // page-table row go out with the request scan (locate_tile), and the producer issues the loads
 // of its slice's first block speculatively, as soon as the scan is done (speculate_first_block),
 // on the guess that every entry is valid and distinct. Decode CTAs spent about 6 us planning
-// with the DRAM idle (docs/performance.md); with the speculation the first K and V are on their
+// with the DRAM idle; with the speculation the first K and V are on their
 // way after about 2.5 us, and a wrong guess costs one wasted block load, never a wrong result.
 #pragma once
 
@@ -247,7 +247,7 @@ __device__ __forceinline__ OneTokenUnion plan_one_token_union(const AttentionPar
 // rules and the compaction of plan_tile_in_warp, each a warp-wide instruction or two on the one
 // register, with no shared-memory atomics, loops or warp barriers between them. Every one-token
 // CTA runs this once, cold, while the other CTAs' speculative loads fill the memory system, so
-// its length is the start's (docs/performance.md). Same union, same order: first occurrences of
+// its length is the start's. Same union, same order: first occurrences of
 // the valid entries, in entry order.
 __device__ inline void plan_one_token_in_warp(const AttentionParams& p, const Smem& smem,
                                               int32_t entry, int page_row_length) {
@@ -300,8 +300,7 @@ __device__ __forceinline__ void start_token_rules(const AttentionParams& p, cons
 // the list or its token's first negative, selecting no key, or its page is not a page). Every
 // loop over the rounds stops at the tile's last one: the code of the rounds a one-token tile
 // does not have is then never fetched, which matters because each CTA runs planning once, with
-// cold instruction caches, while the memory system is busy with the other CTAs' loads
-// (docs/performance.md).
+// cold instruction caches, while the memory system is busy with the other CTAs' loads.
 __device__ __forceinline__ void apply_entry_rules(const AttentionParams& p, const Smem& smem,
                                                   const WarpEntries& entries, int rounds,
                                                   int page_row_length,
@@ -533,9 +532,9 @@ __device__ __forceinline__ int ascending_union_by_bitmap(const Smem& smem,
 // The two-consumer kernel's plan in one warp (prefill tiles and multi-token prediction, at most
 // 128 candidates): the union of plan_union (planning.cuh), ascending by block, built in warp 0's
 // registers. Each CTA runs it once, cold, so code length sets its time (MTP planned at 11 us
-// from entry, now 6: eighteenth session), but the consumers load Q meanwhile and warp 1
-// the tile's lowest block (speculate_lowest_block): prefill +1%, MTP +0.5% (docs/performance.md,
-// eleventh session; warp 1 instead of warp 0 first: eighteenth session). The steps:
+// from entry, now 6), but the consumers load Q meanwhile and warp 1
+// the tile's lowest block (speculate_lowest_block): prefill +1%, MTP +0.5% (warp 1
+// rather than warp 0, which plans). The steps:
 //   the rules of contract section 4 as in plan_tile_in_warp (key limits, first negatives,
 //   coordinates);
 //   one bitonic sort of (block << 32 | entry) keys, invalid entries last, so that duplicates

@@ -102,7 +102,7 @@ def test_decode_unequal_rows_with_uniform_total(qlens):
 
 
 # Decode grids that fit one CTA per SM ran it with three stages and pushed their split partials
-# at one CTA per SM until the fourteenth session measured two per SM faster (launch.cu); the
+# at one CTA per SM until two per SM measured faster (launch_plan.cpp); the
 # test-only override deep_pipeline=1 keeps that path, for the one-token kernel
 # (test_gpu_one_token.py's reduction paths) and, here, for the one-consumer kernel of requests
 # of 2 and 4 rows: batch 3 with 4 splits, 12 clusters of 4 CTAs at one CTA per SM, pushed (the
