@@ -236,7 +236,7 @@ def _validate(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, sequ
         _check_int_vector("q_offset", q_offset, batch_size, "(batch_size,)", device)
         q_offset_tensor = q_offset
     elif q_offset is not None:
-        if not -(1 << 62) <= q_offset < (1 << 62):
+        if not -(1 << 63) <= q_offset < (1 << 63):
             raise ValueError(f"q_offset must fit in int64, got {q_offset}")
         q_offset_value = q_offset
 

@@ -168,7 +168,9 @@ class ReferenceRun {
       request.k_begin = paged_ ? 0 : clamped_range(args_.cu_seqlens_k, b, args_.total_k).begin;
       const int64_t position = first_query_position(args_.q_offset_mode, args_.q_offset_value,
                                                     args_.q_offset_per_request, b,
-                                                    q_rows.end - q_rows.begin, request.seqlen_k);
+                                                    q_rows.end - q_rows.begin,
+                                                    declared_seqlen_k(paged_, args_.seqused_k, b,
+                                                                      request.seqlen_k));
       request.first_position = clamp_i64(position, -kMaxPosition, kMaxPosition);
       for (int64_t row = q_rows.begin; row < q_rows.end; ++row) {
         row_owner_[row] = static_cast<int32_t>(b);

@@ -130,6 +130,11 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
     c.empty = true;
     return c;
   }
+  // Rows and tile counts of a request are int32 in the kernels (cu_seqlens_q is int32).
+  if (args.total_q > INT32_MAX - 256) {
+    fail_not_supported("q: the CUDA kernels take at most 2^31 - 257 query rows a call, got " +
+                       std::to_string(args.total_q));
+  }
   const int32_t group_size = static_cast<int32_t>(args.num_qo_heads / args.num_kv_heads);
   const int32_t topk = static_cast<int32_t>(args.topk);
   // Rows of a warpgroup: whole tokens' head groups (or 64-head chunks of a wider group), and

@@ -155,7 +155,8 @@ __device__ inline void locate_tile(const AttentionParams& p, const Smem& smem, i
         exists && !p.is_paged ? clamped_range(p.cu_seqlens_k, b, p.total_k).begin : 0;
     const int64_t first_position =
         exists ? first_query_position(p.q_offset_mode, p.q_offset_value, p.q_offset_per_request,
-                                      b, rows.end - rows.begin, seqlen_k)
+                                      b, rows.end - rows.begin,
+                                      declared_seqlen_k(p.is_paged, p.seqused_k, b, seqlen_k))
                : 0;
     // cu_seqlens_q is int32, so a request's row count fits int32: 32-bit division, not the
     // 64-bit division subroutine.

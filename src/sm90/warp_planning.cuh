@@ -565,9 +565,10 @@ __device__ inline void plan_tile_sorted_in_warp(const AttentionParams& p, const 
   // always arrives, and only the bitmap overwrites the row).
   named_barrier_sync(kSpeculationBarrier, 64);
   // Every block that counts is below the request's key length (rule 2). The launch sends calls
-  // whose requests may be longer than the bitmap holds to the network (warp_plan_kind), so that
-  // this sum cannot overflow; the check below is the kernel's own.
-  const int64_t words = (header.request_seqlen_k + 32 * kBlockSize - 1) / (32 * kBlockSize);
+  // whose requests may be longer than the bitmap holds to the network (warp_plan_kind); the
+  // check below is the kernel's own, on a count taken in 64 bits for any length.
+  const int64_t words =
+      (int64_t{header.request_seqlen_k} + 32 * kBlockSize - 1) / (32 * kBlockSize);
   if (p.warp_planning == kWarpPlanBitmap && words <= kUnionBitmapMaxWords) {
     FLASHMSA_MARK_BY(0, kMarkCandidates);
     const int union_size =

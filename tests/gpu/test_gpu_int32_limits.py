@@ -10,14 +10,10 @@ backend (the same call on the CPU copies) and with an independent fp64 evaluatio
 Where V is one-hot (V[page, head, t, :] = e_t, one valid block a row), which keys a row reads is
 also checked exactly: out[row, head, t] != 0 iff the contract reads token t of the row's block.
 
-Kernels taken (launch.cu: tile_config, warp_plan_kind): decode-* the one-token decode kernel
+Kernels taken (src/sm90/launch_plan.cpp): decode-* the one-token decode kernel
 (decode-g32: the one-consumer kernel, warp plan in entry order); mtp the one-token kernel;
 mtp-b8 and prefill-g16 the two-consumer kernel with warp planning (bitmap for tables of at most
 45056 columns, sorting network beyond); prefill-g8 the two-consumer kernel's block-wide plan.
-
-Cases of the known deviation shared with the CPU backend (int32_audit.md, "default q_offset":
-the default position is derived from the key length after it is clamped to the table's width)
-are xfail(strict), as in the CPU suite: remove the marks with the fix.
 """
 import pytest
 import torch
@@ -148,15 +144,8 @@ def test_q2k_ids_near_int32_limits(spec, dtype):
 
 # 6. the default q_offset with seqused_k near INT32_MAX (one-hot V) ------------------------
 
-def _default_offset_param(spec):
-    rows, width = spec
-    marks = ([pytest.mark.xfail(strict=True, reason=limits.DEFAULT_OFFSET_CLAMP_BUG)]
-             if limits.default_offset_expected_to_fail(rows, width) else [])
-    return pytest.param(spec, marks=marks, id=f"rows{rows}-width{width}")
-
-
-@pytest.mark.parametrize("spec",
-                         [_default_offset_param(s) for s in limits.DEFAULT_OFFSET_CASES])
+@pytest.mark.parametrize("spec", limits.DEFAULT_OFFSET_CASES,
+                         ids=lambda s: f"rows{s[0]}-width{s[1]}")
 def test_default_q_offset_with_seqused_near_int32_max(spec):
     rows, width = spec
     case = _gpu_case(*limits.default_offset_case(rows, width))

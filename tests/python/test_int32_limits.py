@@ -29,10 +29,9 @@ so it is used where the page table is small; `sparse_reference` below, written f
 alone, touches only the selected blocks and also serves the 2^24-column tables (it is checked
 against torch_reference on the small cases).
 
-Known CPU deviation (int32_audit.md, "default q_offset"): the library clamps a paged request's
-key length to page_table.shape[1] * 128 before it derives the default q_offset from it, so with
-seqused_k > page_table.shape[1] * 128 the causal positions come out smaller than the contract's
-seqused_k - seqlen_q + i. Those cases are marked xfail(strict): remove the mark with the fix.
+The default q_offset of a paged request is seqused_k - seqlen_q even where seqused_k is past
+page_table.shape[1] * 128 (rule 2 drops the blocks past the table, not the positions):
+test_default_q_offset_with_seqused_near_int32_max checks exactly that.
 """
 import math
 import zlib
@@ -50,12 +49,7 @@ BLOCK = 128
 HEAD_DIM = 128
 TEMPERATURE = 0.7  # lse_t is checked at a temperature other than 1
 HUGE_WIDTH = 2 ** 24  # page-table columns whose keys reach 2^31: 64 MiB of int32 per request
-DEFAULT_OFFSET_CLAMP_BUG = (
-    "int32_audit.md (default q_offset): the key length is clamped to page_table.shape[1] * 128 "
-    "before the default position seqused_k - seqlen_q is derived from it; remove this mark "
-    "with the fix")
-
-# Call shapes: query rows per request, (Hq, Hkv), topk. On the GPU (launch.cu: tile_config):
+# Call shapes: query rows per request, (Hq, Hkv), topk. On the GPU (the launch plan, src/sm90/launch_plan.cpp):
 # decode-*: one-token decode kernel (group <= 16, topk <= 32, one row a request), except
 # decode-g32 (group 32: one-consumer kernel, warp plan in entry order); mtp: one-token kernel
 # (16 rows x 4 KV heads fit one CTA per SM); mtp-b8: two-consumer kernel, warp-planned 8-token
@@ -475,7 +469,7 @@ SMALL_TABLE_OFFSETS = {
     "int32min-full": (INT32_MIN, False),
 }
 # (shape, table width). On the GPU the two-consumer kernel's warp plan keeps a bitmap of the
-# request's blocks while the table has at most 45056 columns (launch.cu: warp_plan_kind), else
+# request's blocks while the table has at most 45056 columns (launch_plan.cpp: warp_plan_kind), else
 # it sorts: widths 45056 and 45057 take the bitmap at its largest and the sorting network.
 SMALL_TABLE_SHAPES = [("decode-g16", 1), ("decode-g16", 5), ("decode-g1", 8), ("mtp", 2),
                       ("mtp", 8), ("mtp-b8", 3), ("prefill-g16", 8), ("prefill-g8", 3),
@@ -573,14 +567,6 @@ EXTREME_ID_CASES = [(layout, shape) for layout in ("flat", "paged") for shape in
 DEFAULT_OFFSET_ROWS = [1, 2, 4, 8, 100]
 DEFAULT_OFFSET_WIDTHS = [2, 8, HUGE_WIDTH - 1, HUGE_WIDTH]
 DEFAULT_OFFSET_SEQUSED = [INT32_MAX, INT32_MAX - 99]
-
-
-def default_offset_expected_to_fail(rows_per_request, width):
-    """Whether the known deviation shows: a clamped key length and a request of >= 2 rows (its
-    first row's library position is below the last key of the table's last block, which most
-    rows select)."""
-    clamped = any(s > width * BLOCK for s in DEFAULT_OFFSET_SEQUSED)
-    return clamped and rows_per_request >= 2
 
 
 def default_offset_case(rows_per_request, width, dtype=torch.bfloat16):
@@ -741,14 +727,7 @@ def test_q2k_ids_near_int32_limits(spec):
     check_cpu_case(build(), name)
 
 
-def _default_offset_param(spec):
-    rows, width = spec
-    marks = ([pytest.mark.xfail(strict=True, reason=DEFAULT_OFFSET_CLAMP_BUG)]
-             if default_offset_expected_to_fail(rows, width) else [])
-    return pytest.param(spec, marks=marks, id=f"rows{rows}-width{width}")
-
-
-@pytest.mark.parametrize("spec", [_default_offset_param(s) for s in DEFAULT_OFFSET_CASES])
+@pytest.mark.parametrize("spec", DEFAULT_OFFSET_CASES, ids=lambda s: f"rows{s[0]}-width{s[1]}")
 def test_default_q_offset_with_seqused_near_int32_max(spec):
     rows, width = spec
     name, build = default_offset_case(rows, width)
