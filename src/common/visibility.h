@@ -34,37 +34,38 @@ FLASHMSA_HOST_DEVICE RowRange clamped_range(const int32_t* cu_seqlens, int64_t b
   return {begin, end};
 }
 
-// Number of keys of request b that may be read.
-// Flat: the row range of cu_seqlens_k clamped into k's rows.
-// Paged: seqused_k clamped into [0, max_pages * 128] (blocks past the table don't exist; 2^24
-// columns already hold every int32 length, so wider tables cannot overflow the product).
-FLASHMSA_HOST_DEVICE int64_t request_seqlen_k(bool is_paged, const int32_t* cu_seqlens_k,
-                                              const int32_t* seqused_k, int64_t b,
-                                              int64_t total_k, int64_t max_pages) {
-  constexpr int64_t kPagesOfAnyLength = int64_t{1} << 24;
-  if (is_paged) {
-    return clamp_i64(seqused_k[b], 0,
-                     (max_pages < kPagesOfAnyLength ? max_pages : kPagesOfAnyLength) * kBlockSize);
-  }
-  RowRange r = clamped_range(cu_seqlens_k, b, total_k);
-  return r.end - r.begin;
-}
+// Page-table columns past 2^24 hold no block of any int32 key length, so callers may clamp the
+// table width to this (and must, for max_pages * 128 to stay far from overflow).
+constexpr int64_t kMaxTablePages = int64_t{1} << 24;
 
-// seqlen_k of request b as the contract defines it (section 4), which the default q_offset is
-// derived from: paged, seqused_k itself, not clamped to the page table (rule 2 already drops the
-// blocks past the table, but the queries' positions stay those of the whole sequence); flat, the
-// request's row range, `readable` (request_seqlen_k).
-FLASHMSA_HOST_DEVICE int64_t declared_seqlen_k(bool is_paged, const int32_t* seqused_k, int64_t b,
-                                               int64_t readable) {
-  return is_paged ? int64_t{seqused_k[b]} : readable;
+// Key lengths of request b:
+//   readable: the keys that may be read. Flat: the row range of cu_seqlens_k clamped into k's
+//     rows. Paged: seqused_k clamped into [0, max_pages * 128] (blocks past the table don't
+//     exist; max_pages <= kMaxTablePages).
+//   declared: seqlen_k as the contract defines it (section 4), which the default q_offset is
+//     derived from. Paged: seqused_k itself, past the table too (rule 2 drops the blocks past
+//     it, but the queries keep the positions of the whole sequence). Flat: readable.
+struct KeyLengths {
+  int64_t readable, declared;
+};
+
+FLASHMSA_HOST_DEVICE KeyLengths request_key_lengths(bool is_paged, const int32_t* cu_seqlens_k,
+                                                    const int32_t* seqused_k, int64_t b,
+                                                    int64_t total_k, int64_t max_pages) {
+  if (is_paged) {
+    const int64_t used = seqused_k[b];
+    return {clamp_i64(used, 0, max_pages * kBlockSize), used};
+  }
+  const RowRange r = clamped_range(cu_seqlens_k, b, total_k);
+  return {r.end - r.begin, r.end - r.begin};
 }
 
 FLASHMSA_HOST_DEVICE int64_t num_blocks(int64_t seqlen_k) {
   return (seqlen_k + kBlockSize - 1) / kBlockSize;
 }
 
-// Causal position of a request's first query (contract section 5), `seqlen_k` as
-// declared_seqlen_k gives it. The scalar and per-request offsets are taken as given (negative
+// Causal position of a request's first query (contract section 5), `seqlen_k` the declared
+// length (request_key_lengths). The scalar and per-request offsets are taken as given (negative
 // positions read nothing).
 FLASHMSA_HOST_DEVICE int64_t first_query_position(int q_offset_mode, int64_t q_offset_value,
                                                   const int32_t* q_offset_per_request, int64_t b,

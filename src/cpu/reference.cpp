@@ -89,6 +89,7 @@ class ReferenceRun {
   explicit ReferenceRun(const flashmsa_args& args)
       : args_(args),
         paged_(args.is_paged != 0),
+        max_pages_(std::min(args.max_pages_per_request, kMaxTablePages)),
         group_size_(args.num_qo_heads / args.num_kv_heads),
         score_scale_(args.softmax_scale * args.k_global_scale),
         key_reader_(args, /*is_key=*/true),
@@ -163,14 +164,13 @@ class ReferenceRun {
       const RowRange q_rows = clamped_range(args_.cu_seqlens_q, b, args_.total_q);
       Request& request = requests_[b];
       request.q_begin = q_rows.begin;
-      request.seqlen_k = request_seqlen_k(paged_, args_.cu_seqlens_k, args_.seqused_k, b,
-                                          args_.total_k, args_.max_pages_per_request);
+      const KeyLengths lengths = request_key_lengths(paged_, args_.cu_seqlens_k, args_.seqused_k,
+                                                     b, args_.total_k, max_pages_);
+      request.seqlen_k = lengths.readable;
       request.k_begin = paged_ ? 0 : clamped_range(args_.cu_seqlens_k, b, args_.total_k).begin;
       const int64_t position = first_query_position(args_.q_offset_mode, args_.q_offset_value,
                                                     args_.q_offset_per_request, b,
-                                                    q_rows.end - q_rows.begin,
-                                                    declared_seqlen_k(paged_, args_.seqused_k, b,
-                                                                      request.seqlen_k));
+                                                    q_rows.end - q_rows.begin, lengths.declared);
       request.first_position = clamp_i64(position, -kMaxPosition, kMaxPosition);
       for (int64_t row = q_rows.begin; row < q_rows.end; ++row) {
         row_owner_[row] = static_cast<int32_t>(b);
@@ -203,7 +203,7 @@ class ReferenceRun {
     for (int64_t slot = 0; slot < args_.topk; ++slot) {
       const int32_t block = indices[slot * args_.idx_stride_topk];
       if (block < 0) break;  // the first negative entry ends the list
-      if (!block_selects_keys(block, selection.key_limit, paged_, args_.max_pages_per_request)) {
+      if (!block_selects_keys(block, selection.key_limit, paged_, max_pages_)) {
         continue;
       }
       if (paged_ && page_of_block(request_index, block) < 0) continue;
@@ -371,6 +371,7 @@ class ReferenceRun {
 
   const flashmsa_args& args_;
   const bool paged_;
+  const int64_t max_pages_;  // the table's width, clamped to the columns any length can use
   const int64_t group_size_;
   const float score_scale_;
   const KvReader key_reader_;

@@ -78,14 +78,13 @@ __device__ __forceinline__ TokenRequest token_request(const AttentionParams& p, 
   TokenRequest r{b, 0, 0, 0, false};
   if (b < 0) return r;
   const RowRange rows = clamped_range(p.cu_seqlens_q, b, p.total_q);
-  r.seqlen_k = request_seqlen_k(p.is_paged, p.cu_seqlens_k, p.seqused_k, b, p.total_k,
-                                p.max_pages);
+  const KeyLengths lengths = request_key_lengths(p.is_paged, p.cu_seqlens_k, p.seqused_k, b,
+                                                 p.total_k, p.max_pages);
+  r.seqlen_k = lengths.readable;
   if (!p.is_paged) r.first_key_row = clamped_range(p.cu_seqlens_k, b, p.total_k).begin;
   const int64_t position = first_query_position(p.q_offset_mode, p.q_offset_value,
                                                 p.q_offset_per_request, b,
-                                                rows.end - rows.begin,
-                                                declared_seqlen_k(p.is_paged, p.seqused_k, b,
-                                                                  r.seqlen_k)) +
+                                                rows.end - rows.begin, lengths.declared) +
                            (token - rows.begin);
   r.key_limit = clamp_i64(key_limit(p.causal, position, r.seqlen_k), 0, r.seqlen_k);
   r.holds_token = rows.begin <= token && token < rows.end;

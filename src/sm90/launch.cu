@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -16,6 +17,7 @@
 
 #include "api/backends.h"
 #include "common/error.h"
+#include "common/visibility.h"
 #include "sm90/decode_launch.h"
 #include "sm90/kernel_traits.h"
 #include "sm90/launch_plan.h"
@@ -204,7 +206,7 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
   p.total_q = args.total_q;
   p.total_k = args.is_paged ? 0 : args.total_k;
   p.num_pages = args.is_paged ? args.num_pages : 0;
-  p.max_pages = args.is_paged ? args.max_pages_per_request : 0;
+  p.max_pages = args.is_paged ? std::min(args.max_pages_per_request, kMaxTablePages) : 0;
   p.num_qo_heads = static_cast<int32_t>(args.num_qo_heads);
   p.num_kv_heads = static_cast<int32_t>(args.num_kv_heads);
   p.group_size = static_cast<int32_t>(args.num_qo_heads / args.num_kv_heads);

@@ -148,15 +148,16 @@ __device__ inline void locate_tile(const AttentionParams& p, const Smem& smem, i
     const bool exists = b < p.batch_size;
     // Everything the tile needs of request b is loaded up front, in one round of loads.
     const RowRange rows = exists ? clamped_range(p.cu_seqlens_q, b, p.total_q) : RowRange{0, 0};
-    const int64_t seqlen_k = exists ? request_seqlen_k(p.is_paged, p.cu_seqlens_k, p.seqused_k,
-                                                       b, p.total_k, p.max_pages)
-                                    : 0;
+    const KeyLengths lengths = exists ? request_key_lengths(p.is_paged, p.cu_seqlens_k,
+                                                            p.seqused_k, b, p.total_k,
+                                                            p.max_pages)
+                                      : KeyLengths{0, 0};
+    const int64_t seqlen_k = lengths.readable;
     const int64_t first_key_row =
         exists && !p.is_paged ? clamped_range(p.cu_seqlens_k, b, p.total_k).begin : 0;
     const int64_t first_position =
         exists ? first_query_position(p.q_offset_mode, p.q_offset_value, p.q_offset_per_request,
-                                      b, rows.end - rows.begin,
-                                      declared_seqlen_k(p.is_paged, p.seqused_k, b, seqlen_k))
+                                      b, rows.end - rows.begin, lengths.declared)
                : 0;
     // cu_seqlens_q is int32, so a request's row count fits int32: 32-bit division, not the
     // 64-bit division subroutine.

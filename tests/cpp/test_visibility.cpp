@@ -19,15 +19,22 @@ TEST(Visibility, ClampedRangeKeepsGarbageInBounds) {
   EXPECT_EQ(clamped_range(cu_seqlens, 3, 50).end, 50) << "negative end: empty";
 }
 
-TEST(Visibility, RequestSeqlenK) {
+TEST(Visibility, RequestKeyLengths) {
+  auto readable = [](auto... a) { return request_key_lengths(a...).readable; };
+  auto declared = [](auto... a) { return request_key_lengths(a...).declared; };
   const int32_t cu_seqlens_k[] = {0, 300, 200};
-  EXPECT_EQ(request_seqlen_k(false, cu_seqlens_k, nullptr, 0, 1000, 0), 300) << "flat";
-  EXPECT_EQ(request_seqlen_k(false, cu_seqlens_k, nullptr, 0, 100, 0), 100) << "flat, clamped";
-  EXPECT_EQ(request_seqlen_k(false, cu_seqlens_k, nullptr, 1, 1000, 0), 0) << "flat, decreasing";
-  const int32_t seqused_k[] = {300, -7, 5000};
-  EXPECT_EQ(request_seqlen_k(true, nullptr, seqused_k, 0, 0, 4), 300) << "paged";
-  EXPECT_EQ(request_seqlen_k(true, nullptr, seqused_k, 1, 0, 4), 0) << "paged, negative";
-  EXPECT_EQ(request_seqlen_k(true, nullptr, seqused_k, 2, 0, 4), 512) << "paged, past the table";
+  EXPECT_EQ(readable(false, cu_seqlens_k, nullptr, 0, 1000, 0), 300) << "flat";
+  EXPECT_EQ(readable(false, cu_seqlens_k, nullptr, 0, 100, 0), 100) << "flat, clamped";
+  EXPECT_EQ(declared(false, cu_seqlens_k, nullptr, 0, 100, 0), 100) << "flat, declared clamped";
+  EXPECT_EQ(readable(false, cu_seqlens_k, nullptr, 1, 1000, 0), 0) << "flat, decreasing";
+  const int32_t seqused_k[] = {300, -7, 5000, INT32_MAX};
+  EXPECT_EQ(readable(true, nullptr, seqused_k, 0, 0, 4), 300) << "paged";
+  EXPECT_EQ(readable(true, nullptr, seqused_k, 1, 0, 4), 0) << "paged, negative";
+  EXPECT_EQ(readable(true, nullptr, seqused_k, 2, 0, 4), 512) << "paged, past the table";
+  EXPECT_EQ(declared(true, nullptr, seqused_k, 2, 0, 4), 5000)
+      << "paged, past the table: the declared length stays seqused_k (the default q_offset)";
+  EXPECT_EQ(readable(true, nullptr, seqused_k, 3, 0, kMaxTablePages), INT32_MAX)
+      << "paged, the widest table that matters";
 }
 
 TEST(Visibility, NumBlocksRoundsUp) {
