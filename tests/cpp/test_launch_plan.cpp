@@ -220,29 +220,28 @@ TEST(LaunchPlan, EmptyCallsLaunchNothing) {
   EXPECT_EQ(plan_of(none).workspace.bytes, 0u);
 }
 
+// The plan refuses `args` as not supported, with a message holding `expected`.
+void expect_not_supported(const flashmsa_args& args, const std::string& expected) {
+  try {
+    plan_launch(args, h200(), sm90::default_tuning());
+    ADD_FAILURE() << "planned a call that should be refused with '" << expected << "'";
+  } catch (const flashmsa::Error& error) {
+    EXPECT_EQ(error.status(), FLASHMSA_ERROR_NOT_SUPPORTED);
+    EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
+  }
+}
+
 TEST(LaunchPlan, GridsPastOneLaunchAreNotSupported) {
   // 2^30 decode rows x 4 KV heads: one CTA each.
   flashmsa_args args = args_of(kDecodeBatch64);
   args.batch_size = args.total_q = int64_t{1} << 30;
-  try {
-    plan_launch(args, h200(), sm90::default_tuning());
-    FAIL() << "a grid of more than 2^31 CTAs was planned";
-  } catch (const flashmsa::Error& error) {
-    EXPECT_EQ(error.status(), FLASHMSA_ERROR_NOT_SUPPORTED);
-    EXPECT_NE(std::string(error.what()).find("too large for one launch"), std::string::npos);
-  }
+  expect_not_supported(args, "too large for one launch");
 }
 
 TEST(LaunchPlan, RowsPastInt32AreNotSupported) {
   flashmsa_args args = args_of(kPrefill32K);
   args.total_q = int64_t{1} << 31;
-  try {
-    plan_launch(args, h200(), sm90::default_tuning());
-    FAIL() << "2^31 query rows were planned";
-  } catch (const flashmsa::Error& error) {
-    EXPECT_EQ(error.status(), FLASHMSA_ERROR_NOT_SUPPORTED);
-    EXPECT_NE(std::string(error.what()).find("query rows"), std::string::npos);
-  }
+  expect_not_supported(args, "query rows");
 }
 
 TEST(LaunchPlan, TuningOverridesOneDecisionEach) {
