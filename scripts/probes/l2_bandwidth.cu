@@ -123,38 +123,59 @@ __global__ void __launch_bounds__(32) pull_blocks_multicast(const Probe p) {
   cluster_barrier_sync();  // no CTA leaves while another may still write into it
 }
 
-template <int kCluster>
-static int time_multicast(const Probe& probe, int ctas, cudaEvent_t start, cudaEvent_t stop,
-                          float* median_ms) {
-  auto kernel = pull_blocks_multicast<kCluster>;
-  const size_t shared = static_cast<size_t>(probe.stages) * kBlockBytes;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = kCluster;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(ctas));
-  config.blockDim = dim3(32);
-  config.dynamicSmemBytes = shared;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&config, kernel, probe));
-  CHECK(cudaDeviceSynchronize());
+// Median milliseconds of five timed calls of `launch` (a callable returning cudaError_t),
+// after one untimed call that also brings a small span into L2; on a CUDA error, prints it and
+// returns a negative value.
+template <typename Launch>
+static float median_ms(Launch launch, cudaEvent_t start, cudaEvent_t stop) {
+  auto failed = [](cudaError_t status) {
+    if (status != cudaSuccess) std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(status));
+    return status != cudaSuccess;
+  };
+  if (failed(launch()) || failed(cudaDeviceSynchronize())) return -1;
   std::vector<float> ms;
   for (int rep = 0; rep < 5; ++rep) {
-    CHECK(cudaEventRecord(start));
-    CHECK(cudaLaunchKernelEx(&config, kernel, probe));
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
     float elapsed = 0;
-    CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    if (failed(cudaEventRecord(start)) || failed(launch()) || failed(cudaEventRecord(stop)) ||
+        failed(cudaEventSynchronize(stop)) || failed(cudaEventElapsedTime(&elapsed, start, stop))) {
+      return -1;
+    }
     ms.push_back(elapsed);
   }
   std::sort(ms.begin(), ms.end());
-  *median_ms = ms[2];
-  return 0;
+  return ms[2];
+}
+
+// One plain launch of pull_blocks.
+static auto plain(const Probe& probe, int ctas) {
+  return [probe, ctas] {
+    pull_blocks<<<ctas, 32, static_cast<size_t>(probe.stages) * kBlockBytes>>>(probe);
+    return cudaGetLastError();
+  };
+}
+
+// One launch of pull_blocks_multicast<kCluster> in clusters of kCluster CTAs.
+template <int kCluster>
+static auto multicast(const Probe& probe, int ctas) {
+  return [probe, ctas] {
+    auto kernel = pull_blocks_multicast<kCluster>;
+    const size_t shared = static_cast<size_t>(probe.stages) * kBlockBytes;
+    cudaError_t status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
+    if (status != cudaSuccess) return status;
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = kCluster;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(ctas));
+    config.blockDim = dim3(32);
+    config.dynamicSmemBytes = shared;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, probe);
+  };
 }
 
 int main() {
@@ -177,24 +198,12 @@ int main() {
       for (int stages : {2, 4, 6}) {
         if (ctas_per_sm * stages > 6) continue;  // 227 KiB a CTA, 228 KiB an SM
         const Probe probe{buffer, span / kBlockBytes, stages, 2000};
-        const dim3 grid(static_cast<unsigned>(sms * ctas_per_sm));
-        const size_t shared = static_cast<size_t>(stages) * kBlockBytes;
-        pull_blocks<<<grid, 32, shared>>>(probe);  // warm-up: the span into L2 where it fits
-        CHECK(cudaGetLastError());
-        std::vector<float> ms;
-        for (int rep = 0; rep < 5; ++rep) {
-          CHECK(cudaEventRecord(start));
-          pull_blocks<<<grid, 32, shared>>>(probe);
-          CHECK(cudaEventRecord(stop));
-          CHECK(cudaEventSynchronize(stop));
-          float elapsed = 0;
-          CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-          ms.push_back(elapsed);
-        }
-        std::sort(ms.begin(), ms.end());
-        const double bytes = static_cast<double>(grid.x) * probe.copies * kBlockBytes;
+        const int ctas = sms * ctas_per_sm;
+        const float ms = median_ms(plain(probe, ctas), start, stop);
+        if (ms < 0) return 1;
+        const double bytes = static_cast<double>(ctas) * probe.copies * kBlockBytes;
         std::printf("%8.0f MiB %8d %8d %10d %10.2f\n", span / double(1 << 20), ctas_per_sm,
-                    stages, ctas_per_sm * stages * 32, bytes / (ms[2] * 1e-3) / 1e12);
+                    stages, ctas_per_sm * stages * 32, bytes / (ms * 1e-3) / 1e12);
       }
     }
   }
@@ -203,21 +212,9 @@ int main() {
   std::printf("\n%10s %8s %8s %10s %12s\n", "span", "CTAs", "stages", "TB/s", "GB/s per SM");
   for (int ctas : {sms, sms / 2, sms / 4, sms / 8, 8}) {
     const Probe probe{buffer, (24ull << 20) / kBlockBytes, 4, 2000};
-    const size_t shared = 4 * kBlockBytes;
-    pull_blocks<<<ctas, 32, shared>>>(probe);
-    CHECK(cudaGetLastError());
-    std::vector<float> ms;
-    for (int rep = 0; rep < 5; ++rep) {
-      CHECK(cudaEventRecord(start));
-      pull_blocks<<<ctas, 32, shared>>>(probe);
-      CHECK(cudaEventRecord(stop));
-      CHECK(cudaEventSynchronize(stop));
-      float elapsed = 0;
-      CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-      ms.push_back(elapsed);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double rate = static_cast<double>(ctas) * probe.copies * kBlockBytes / (ms[2] * 1e-3);
+    const float ms = median_ms(plain(probe, ctas), start, stop);
+    if (ms < 0) return 1;
+    const double rate = static_cast<double>(ctas) * probe.copies * kBlockBytes / (ms * 1e-3);
     std::printf("%8d MiB %8d %8d %10.2f %12.1f\n", 24, ctas, 4, rate / 1e12, rate / ctas / 1e9);
   }
   // Clusters of 2 and 4 CTAs (one per SM) multicasting each block they read.
@@ -226,10 +223,9 @@ int main() {
   for (int cluster : {2, 4}) {
     const Probe probe{buffer, (24ull << 20) / kBlockBytes, 6, 2000};
     const int ctas = sms / cluster * cluster;
-    float ms = 0;
-    const int failed = cluster == 2 ? time_multicast<2>(probe, ctas, start, stop, &ms)
-                                    : time_multicast<4>(probe, ctas, start, stop, &ms);
-    if (failed) return 1;
+    const float ms = cluster == 2 ? median_ms(multicast<2>(probe, ctas), start, stop)
+                                  : median_ms(multicast<4>(probe, ctas), start, stop);
+    if (ms < 0) return 1;
     const double landed = static_cast<double>(ctas) * probe.copies * kBlockBytes / (ms * 1e-3);
     std::printf("%8d MiB %8d %8d %14.2f %12.2f\n", 24, cluster, probe.stages, landed / 1e12,
                 landed / cluster / 1e12);
