@@ -19,8 +19,8 @@ operand bf16, K+V of a block 64 KiB):
   warp16      a CTA of 16 tokens loads their union, and each of its 16 warps computes one
               token's 16 heads with mma.sync (the decode kernel's way) on that token's blocks
               only: no waste, 16 tokens share each load; K and V fragments come from shared
-              memory for every warp, and mma.sync runs below wgmma's rate (MMA_SYNC_FLOPS, an
-              assumption until a probe measures it).
+              memory for every warp, and mma.sync runs below wgmma's rate (MMA_SYNC_FLOPS,
+              measured by scripts/probes/mma_sync_rate.cu).
 Each design's floor is the largest of: its executed FLOP at the dense attention rate (or at
 the rate its shared-memory operand traffic allows, if lower), its L2 bytes at the measured L2
 -> shared memory rate, and its largest CTA's work and intake on one SM (the bound of calls of
@@ -55,8 +55,9 @@ L2_BYTES_PER_S = 9.0e12
 SMEM_BYTES_PER_S = SMS * 128 * 1.83e9
 DRAM_BYTES_PER_S = 4.2e12
 SM_INTAKE_BYTES_PER_S = 99e9  # one SM alone, from L2 (the same probe)
-# Attention on mma.sync, taken as 60% of the wgmma rate (FlashAttention-2 against -3 on H100).
-MMA_SYNC_FLOPS = 0.6 * DENSE_FLOPS
+# Attention's inner loop on mma.sync with ldmatrix operands and the exponentials, 16 warps a
+# CTA (scripts/probes/mma_sync_rate.cu): an upper bound, with no softmax bookkeeping.
+MMA_SYNC_FLOPS = 448e12
 
 
 @dataclass
