@@ -3,7 +3,7 @@
 // own blocks with one warp per token would have. docs/performance.md's cost model assumed 60% of
 // the wgmma rate.
 //
-//   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v \
+//   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -Isrc \
 //       -o build-gpu/mma_sync_rate scripts/probes/mma_sync_rate.cu
 //   build-gpu/mma_sync_rate
 //
@@ -26,15 +26,7 @@
 #include <cstdio>
 #include <vector>
 
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    cudaError_t status_ = (call);                                                          \
-    if (status_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
-                   cudaGetErrorString(status_));                                           \
-      return 1;                                                                            \
-    }                                                                                      \
-  } while (0)
+#include "probe_common.cuh"
 
 constexpr int kKeys = 128, kDims = 128;
 constexpr int kRowBytes = kDims * 2;  // 256 bytes: 16 chunks of 8 dims
@@ -78,8 +70,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_loop(float* out, int
   }
   __syncthreads();
   const int lane = threadIdx.x % 32;
-  const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(k_tile));
-  const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(v_tile));
+  const uint32_t k_base = flashmsa::sm90::smem_address(k_tile);
+  const uint32_t v_base = flashmsa::sm90::smem_address(v_tile);
   uint32_t q[8][4];
 #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {

@@ -1,4 +1,5 @@
-// What the diagnostic probes in scripts/probes/ (sm_bandwidth.cu, gather_ceiling.cu)
+// What the diagnostic probes in scripts/probes/ (sm_bandwidth.cu, gather_ceiling.cu,
+// l2_bandwidth.cu, mma_sync_rate.cu)
 // share; not part of the library. Built with -Isrc.
 #pragma once
 

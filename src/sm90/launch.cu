@@ -272,7 +272,6 @@ sm90::LaunchPlan plan_sm90(const flashmsa_args& args, const flashmsa_tuning& tun
   const int64_t kv_page_stride_v = args.is_paged ? args.v_stride_page : 0;
   require_aligned("k", args.k, {kv_page_stride_k, args.k_stride_head, args.k_stride_token}, 2, 16);
   require_aligned("v", args.v, {kv_page_stride_v, args.v_stride_head, args.v_stride_token}, 2, 16);
-  if (args.total_q == 0 || args.batch_size == 0) return sm90::plan_launch(args, {}, tuning);
   return sm90::plan_launch(args, device_properties(args.device_index), tuning);
 }
 
