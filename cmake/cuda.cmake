@@ -27,6 +27,8 @@ target_sources(flashmsa PRIVATE
   src/sm90/launch.cu
   src/sm90/prefill_bf16.cu
   src/sm90/prefill_fp16.cu
+  src/sm90/prefill_bf16_fp8.cu
+  src/sm90/prefill_fp16_fp8.cu
   src/sm90/decode_bf16.cu
   src/sm90/decode_fp16.cu
   src/sm90/merge.cu

@@ -37,6 +37,16 @@ constexpr int kKvPanelBytes = kBlockKeys * 128;        // 16 KiB
 constexpr int kKvTileBytes = 2 * kKvPanelBytes;        // one operand of one block: 32 KiB
 constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one block
 
+// How K and V are stored. kNative: q's dtype, loaded by TMA straight into the stage in the
+// layout the consumers read. kFp8: E4M3, one byte a value: TMA lands a block's 128-byte rows
+// (one 128B-swizzled box, 16 KiB) in the upper half of the 32 KiB stage, and the producer
+// warpgroup's converter warps rewrite it in place as q's dtype in the native layout
+// (kv_convert.cuh), so the consumers are the same code for every format.
+enum class KvFormat : int32_t { kNative = 0, kFp8 = 1 };
+constexpr uint32_t kFp8TileBytes = kBlockKeys * kHeadDim;  // one operand of one block: 16 KiB
+// Threads of warpgroup 0 that convert (warps 1-3; thread 0 issues the loads).
+constexpr int kConverterThreads = 96;
+
 // Decode's KV split runs as one thread-block cluster per (tile, head column), at most 16 CTAs:
 // twice the portable cluster size, which Hopper allows to kernels that opt in
 // (cudaFuncAttributeNonPortableClusterSizeAllowed; cluster_reduce.cuh). Batch 1 of MiniMax-M3
@@ -83,16 +93,20 @@ static_assert(2 * kQPanelBytes + largest_receive_buffer_bytes() + 2 * kKvTileByt
 constexpr uint64_t kCacheHintEvictNormal = 0x1000000000000000ull;
 constexpr uint64_t kCacheHintEvictFirst = 0x12F0000000000000ull;
 
-// Register budgets (setmaxnreg): the producer warpgroup only issues TMA, the consumers hold the
-// 64x128 fp32 S and O accumulators (64 + 64 registers per thread) plus P in 16-bit.
-// Two consumers, one CTA per SM: 24 + 2 * 240 = 504 <= 65536 / 128 = 512.
-// One consumer, two CTAs per SM: 24 + 232 = 256 <= 32768 / 128.
-template <int kConsumers>
+// Register budgets (setmaxnreg): the producer warpgroup only issues TMA (and, for converted
+// formats, rewrites stages a 16-byte chunk at a time), the consumers hold the 64x128 fp32 S and
+// O accumulators (64 + 64 registers per thread) plus P in 16-bit.
+// Two consumers, one CTA per SM: 24 (32 converting) + 2 * 240 <= 65536 / 128 = 512.
+// One consumer, two CTAs per SM: 24 + 232 (32 + 224 converting) = 256 <= 32768 / 128.
+template <int kConsumers, KvFormat kKv = KvFormat::kNative>
 struct RoleConfig {
+  static constexpr bool kConverts = kKv != KvFormat::kNative;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = kConsumers == 1 ? 232 : 240;
+  static constexpr int kProducerRegisters = kConverts ? 32 : 24;
+  static constexpr int kConsumerRegisters = kConsumers == 1 ? (kConverts ? 224 : 232) : 240;
+  static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= 512 / kCtasPerSm,
+                "the warpgroups' registers must fit the SM's share");
 };
 
 // Shared memory: the big buffers sit at offsets chosen on the host (SmemLayout), so that one
@@ -122,6 +136,10 @@ struct SmemHeader {
   // Pacing (pacing.cuh): the producer's steps issued, for the pacer; the pacer's verdict.
   int32_t pacing_progress;
   int32_t pacing_boost;
+  // Converted formats (KvFormat::kFp8): the TMA bytes of a stage landed; k_full and v_full
+  // then complete when the converter threads have rewritten the stage.
+  uint64_t k_landed[kMaxStages];
+  uint64_t v_landed[kMaxStages];
 };
 
 // Warp planning's scratch (SmemLayout::warp_scratch): the guessed request's page-table row,

@@ -92,9 +92,9 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encoder;
 }
 
-// K or V as a TMA tensor with 64-dim x 128-token boxes, 128-byte swizzle and the L2 promotion
-// the plan chose. Out-of-range boxes (a flat request's last block past total_k) are
-// zero-filled by the hardware.
+// K or V as a TMA tensor with 128-byte-wide boxes of 128 tokens (64 dims of q's dtype, or all
+// 128 fp8 dims), 128-byte swizzle and the L2 promotion the plan chose. Out-of-range boxes (a
+// flat request's last block past total_k) are zero-filled by the hardware.
 CUtensorMap make_kv_tensor_map(const char* name, const void* base, const flashmsa_args& args,
                                int64_t stride_page, int64_t stride_head, int64_t stride_token,
                                CUtensorMapL2promotion promotion) {
@@ -102,17 +102,20 @@ CUtensorMap make_kv_tensor_map(const char* name, const void* base, const flashms
   std::memset(&map, 0, sizeof(map));
   const int64_t extent = args.is_paged ? args.num_pages : args.total_k;
   if (extent == 0) return map;  // no block can be selected: the map is never used
-  constexpr int64_t kBytes = 2;
+  const bool fp8 = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3;
+  const int64_t bytes = fp8 ? 1 : 2;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(args.head_dim),
                               static_cast<cuuint64_t>(args.is_paged ? 128 : args.total_k),
                               static_cast<cuuint64_t>(args.num_kv_heads),
                               static_cast<cuuint64_t>(args.num_pages)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(stride_token * kBytes),
-                                 static_cast<cuuint64_t>(stride_head * kBytes),
-                                 static_cast<cuuint64_t>(stride_page * kBytes)};
-  const cuuint32_t box[4] = {sm90::kPanelElems, sm90::kBlockKeys, 1, 1};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(stride_token * bytes),
+                                 static_cast<cuuint64_t>(stride_head * bytes),
+                                 static_cast<cuuint64_t>(stride_page * bytes)};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(fp8 ? sm90::kHeadDim : sm90::kPanelElems),
+                             sm90::kBlockKeys, 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type = args.q_dtype == FLASHMSA_DTYPE_BF16
+  const CUtensorMapDataType type = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : args.q_dtype == FLASHMSA_DTYPE_BF16
                                        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUresult status = tensor_map_encoder()(
@@ -245,6 +248,8 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
   p.scale_log2 = static_cast<float>(static_cast<double>(args.softmax_scale) *
                                     args.k_global_scale * kLog2e);
   p.v_global_scale = args.v_global_scale;
+  p.k_global_scale_device = args.k_global_scale_device;
+  p.v_global_scale_device = args.v_global_scale_device;
   p.lse_temperature = args.lse_temperature_scale;
   if (plan.merges_in_workspace()) {
     uint8_t* workspace = static_cast<uint8_t*>(args.workspace);
@@ -255,23 +260,43 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
   return p;
 }
 
+// The prefill kernel of the call's q dtype and K/V format.
+cudaError_t launch_prefill_for(const flashmsa_args& args, const sm90::AttentionParams& params,
+                               dim3 grid, bool temperature_lse, cudaStream_t stream) {
+  using sm90::KvFormat;
+  const bool bf16 = args.q_dtype == FLASHMSA_DTYPE_BF16;
+  if (args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3) {
+    return bf16 ? sm90::launch_prefill<__nv_bfloat16, KvFormat::kFp8>(params, grid,
+                                                                      temperature_lse, stream)
+                : sm90::launch_prefill<__half, KvFormat::kFp8>(params, grid, temperature_lse,
+                                                               stream);
+  }
+  return bf16 ? sm90::launch_prefill<__nv_bfloat16, KvFormat::kNative>(params, grid,
+                                                                       temperature_lse, stream)
+              : sm90::launch_prefill<__half, KvFormat::kNative>(params, grid, temperature_lse,
+                                                                stream);
+}
+
 }  // namespace
 
 bool sm90_compiled() { return true; }
 
 sm90::LaunchPlan plan_sm90(const flashmsa_args& args, const flashmsa_tuning& tuning) {
-  if (args.kv_dtype != args.q_dtype) {
-    fail_not_supported("k/v: fp8 and NVFP4 K/V run on the CPU backend only in this release; the "
-                       "CUDA kernels take K/V of q's dtype (bf16 or fp16)");
+  if (args.kv_dtype == FLASHMSA_DTYPE_NVFP4) {
+    fail_not_supported("k/v: NVFP4 K/V run on the CPU backend only in this release; the CUDA "
+                       "kernels take K/V of q's dtype (bf16 or fp16) or float8_e4m3fn");
   }
   DeviceScope device_scope(args.device_index);
   require_hopper(args.device_index);
   require_aligned("q", args.q, {args.q_stride_token, args.q_stride_head}, 2, 16);
   require_aligned("out", args.out, {args.out_stride_token, args.out_stride_head}, 2, 16);
+  const int kv_bytes = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 ? 1 : 2;
   const int64_t kv_page_stride_k = args.is_paged ? args.k_stride_page : 0;
   const int64_t kv_page_stride_v = args.is_paged ? args.v_stride_page : 0;
-  require_aligned("k", args.k, {kv_page_stride_k, args.k_stride_head, args.k_stride_token}, 2, 16);
-  require_aligned("v", args.v, {kv_page_stride_v, args.v_stride_head, args.v_stride_token}, 2, 16);
+  require_aligned("k", args.k, {kv_page_stride_k, args.k_stride_head, args.k_stride_token},
+                  kv_bytes, 16);
+  require_aligned("v", args.v, {kv_page_stride_v, args.v_stride_head, args.v_stride_token},
+                  kv_bytes, 16);
   return sm90::plan_launch(args, device_properties(args.device_index), tuning);
 }
 
@@ -289,8 +314,7 @@ void run_sm90(const flashmsa_args& args, const sm90::LaunchPlan& plan) {
                   : sm90::launch_decode<__half>(params, grid, temperature_lse, stream);
     check_cuda(status, "launching the sm90 decode kernel");
   } else {
-    status = bf16 ? sm90::launch_prefill<__nv_bfloat16>(params, grid, temperature_lse, stream)
-                  : sm90::launch_prefill<__half>(params, grid, temperature_lse, stream);
+    status = launch_prefill_for(args, params, grid, temperature_lse, stream);
     check_cuda(status, "launching the sm90 prefill kernel");
   }
   if (!plan.merges_in_workspace()) return;

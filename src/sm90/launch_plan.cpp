@@ -148,7 +148,11 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   // At most 16 heads per KV head and 32 index entries per row: the decode kernel, whose tiles
   // are single rows, for decode batches and for multi-token prediction whose rows fit one CTA
   // per SM (split_rules.h).
-  const bool decode_shape = args.total_q <= INT32_MAX && group_size <= kDecodeRows && topk <= 32;
+  // Converted K/V formats run the prefill kernel only (its producer warpgroup converts them:
+  // kv_convert.cuh); decode-shaped calls take its one-consumer shape.
+  const bool converts_kv = args.kv_dtype != args.q_dtype;
+  const bool decode_shape = args.total_q <= INT32_MAX && group_size <= kDecodeRows && topk <= 32 &&
+                            !converts_kv;
   c.decode_kernel = takes_one_token_kernel(decode_shape, args.total_q, args.batch_size,
                                            args.num_kv_heads, sms,
                                            tuned(tuning.decode_kernel, 1, 0, 2));
@@ -298,7 +302,8 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   c.kv_l2_promotion = static_cast<L2Promotion>(tuned(tuning.l2_promotion, 0, 0, 2));
 
   c.warp_planning = warp_plan_kind(args, c, tuning);
-  c.speculate_first_block = tuned(tuning.speculate, 1, 0, 1) != 0;
+  // A speculative load lands outside the rings' barriers, where no converter waits for it.
+  c.speculate_first_block = !converts_kv && tuned(tuning.speculate, 1, 0, 1) != 0;
   c.smem = smem_layout(args, c, tuning);
   // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).
   if (c.smem.num_stages < (c.num_consumer_warpgroups == 2 ? 2 : 1)) {
@@ -311,7 +316,10 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   // with its slowest CTA): a CTA with more blocks left than the running CTAs' mean loads
   // unthrottled (batch 32 213.2 us against 215.2-215.7, 24 165.1 against 170.6, 16 114.9
   // against 118.4; slacks of -0.5 to -2 blocks were slower, +0.5 the same).
-  c.pacing_slack = planned_throttle > 0 ? tuned(tuning.pace, kPacingSlackZero, 0, 17) : 0;
+  // The pacer is thread 32, a converter thread in converted formats.
+  c.pacing_slack = planned_throttle > 0 && !converts_kv
+                       ? tuned(tuning.pace, kPacingSlackZero, 0, 17)
+                       : 0;
   c.workspace = workspace_layout(args, c);
 
   const int64_t columns = args.num_kv_heads * c.num_head_chunks;

@@ -8,6 +8,7 @@
 #include "sm90/consumer.cuh"
 #include "sm90/decode_consumer.cuh"
 #include "sm90/kernel_traits.h"
+#include "sm90/kv_convert.cuh"
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
 #include "sm90/producer.cuh"
@@ -77,18 +78,22 @@ __device__ __forceinline__ TilePlan prepare_tile(const AttentionParams& params, 
   return plan;
 }
 
-template <typename Element, bool kTemperatureLse, int kConsumers>
-__global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
-                                  RoleConfig<kConsumers>::kCtasPerSm)
+// kKv: how K and V are stored (kernel_traits.h); converted formats rewrite each stage in warps
+// 1-3 of the producer warpgroup (kv_convert.cuh).
+template <typename Element, bool kTemperatureLse, int kConsumers,
+          KvFormat kKv = KvFormat::kNative>
+__global__ void __launch_bounds__(RoleConfig<kConsumers, kKv>::kThreads,
+                                  RoleConfig<kConsumers, kKv>::kCtasPerSm)
     prefill_kernel(const __grid_constant__ AttentionParams params) {
-  using Roles = RoleConfig<kConsumers>;
+  using Roles = RoleConfig<kConsumers, kKv>;
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
   const CtaWork work = cta_work(params);
 
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
-    init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true);
+    init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true,
+                  Roles::kConverts);
     smem.header().pacing_progress = 0;
     smem.header().pacing_boost = 0;
   } else if (threadIdx.x == 32) {
@@ -112,7 +117,9 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   if (threadIdx.x < 128) {
     registers_decrease<Roles::kProducerRegisters>();
     if (threadIdx.x == 0) {
-      produce<kConsumers == 2>(params, smem, plan, work.kv_head, speculative);
+      produce<kConsumers == 2, kKv>(params, smem, plan, work.kv_head, speculative);
+    } else if constexpr (Roles::kConverts) {
+      if (threadIdx.x >= 32) convert_stages<Element, kKv>(params, smem, plan);
     } else if (kConsumers == 2 && threadIdx.x == 32 && params.pacing_slack > 0) {
       pace(params, smem.header(), plan.slice_end - plan.slice_begin);
     }

@@ -1,5 +1,6 @@
-// Declaration of the prefill kernel launch, one explicit instantiation per q/K/V dtype
-// (prefill_bf16.cu, prefill_fp16.cu) so that the heavy kernel compiles once per dtype.
+// Declaration of the prefill kernel launch, one explicit instantiation per q dtype and K/V
+// format (prefill_bf16.cu, prefill_fp16.cu, prefill_bf16_fp8.cu, prefill_fp16_fp8.cu) so that
+// the heavy kernel compiles once per pair, each in its own translation unit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,7 +9,7 @@
 
 namespace flashmsa::sm90 {
 
-template <typename Element>
+template <typename Element, KvFormat kKv>
 cudaError_t launch_prefill(const AttentionParams& params, dim3 grid, bool temperature_lse,
                            cudaStream_t stream);
 

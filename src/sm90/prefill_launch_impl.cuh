@@ -7,31 +7,31 @@
 
 namespace flashmsa::sm90 {
 
-template <typename Element, bool kTemperatureLse, int kConsumers>
+template <typename Element, KvFormat kKv, bool kTemperatureLse, int kConsumers>
 cudaError_t launch_prefill_variant(const AttentionParams& params, dim3 grid, cudaStream_t stream) {
   static thread_local int configured_device = -1;
-  return launch_attention_kernel(prefill_kernel<Element, kTemperatureLse, kConsumers>,
+  return launch_attention_kernel(prefill_kernel<Element, kTemperatureLse, kConsumers, kKv>,
                                  configured_device, params, grid,
-                                 RoleConfig<kConsumers>::kThreads, stream);
+                                 RoleConfig<kConsumers, kKv>::kThreads, stream);
 }
 
-// The query behind max_active_one_consumer_clusters (prefill_bf16.cu instantiates it for bf16; the
-// dtype changes neither registers nor shared memory).
+// The query behind max_active_one_consumer_clusters (prefill_bf16.cu instantiates it for bf16
+// K/V; neither the dtype nor the K/V format changes the launch bounds or shared memory).
 template <typename Element>
 int max_active_one_consumer_clusters_of(uint32_t shared_bytes, int cluster_size) {
   return max_active_clusters(prefill_kernel<Element, false, 1>, RoleConfig<1>::kThreads,
                              shared_bytes, cluster_size);
 }
 
-template <typename Element>
+template <typename Element, KvFormat kKv>
 cudaError_t launch_prefill(const AttentionParams& params, dim3 grid, bool temperature_lse,
                            cudaStream_t stream) {
   if (params.num_consumer_warpgroups == 1) {
-    return temperature_lse ? launch_prefill_variant<Element, true, 1>(params, grid, stream)
-                           : launch_prefill_variant<Element, false, 1>(params, grid, stream);
+    return temperature_lse ? launch_prefill_variant<Element, kKv, true, 1>(params, grid, stream)
+                           : launch_prefill_variant<Element, kKv, false, 1>(params, grid, stream);
   }
-  return temperature_lse ? launch_prefill_variant<Element, true, 2>(params, grid, stream)
-                         : launch_prefill_variant<Element, false, 2>(params, grid, stream);
+  return temperature_lse ? launch_prefill_variant<Element, kKv, true, 2>(params, grid, stream)
+                         : launch_prefill_variant<Element, kKv, false, 2>(params, grid, stream);
 }
 
 }  // namespace flashmsa::sm90

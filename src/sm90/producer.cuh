@@ -22,16 +22,23 @@ __device__ __forceinline__ Smem aligned_smem(uint8_t* raw, const SmemLayout& lay
 }
 
 // Thread 0 at kernel entry: the K and V rings' barriers (full: the producer's arrive plus the
-// TMA bytes; empty: every consumer thread's arrive), the speculative load's (kernels that
-// speculate) and the push reduction's receive barrier (its owner's own arrive plus the pushed
-// bytes), then the fence that publishes them to the cluster. No speculative load yet.
+// TMA bytes, or for converted formats the converter threads' arrives after landed's bytes;
+// empty: every consumer thread's arrive), the speculative load's (kernels that speculate) and
+// the push reduction's receive barrier (its owner's own arrive plus the pushed bytes), then the
+// fence that publishes them to the cluster. No speculative load yet.
 __device__ __forceinline__ void init_barriers(SmemHeader& header, int num_stages,
-                                              uint32_t consumer_threads, bool speculates) {
+                                              uint32_t consumer_threads, bool speculates,
+                                              bool converts = false) {
   for (int stage = 0; stage < num_stages; ++stage) {
-    mbarrier_init(&header.k_full[stage], 1);
-    mbarrier_init(&header.v_full[stage], 1);
+    const uint32_t full_arrivals = converts ? kConverterThreads : 1;
+    mbarrier_init(&header.k_full[stage], full_arrivals);
+    mbarrier_init(&header.v_full[stage], full_arrivals);
     mbarrier_init(&header.k_empty[stage], consumer_threads);
     mbarrier_init(&header.v_empty[stage], consumer_threads);
+    if (converts) {
+      mbarrier_init(&header.k_landed[stage], 1);
+      mbarrier_init(&header.v_landed[stage], 1);
+    }
   }
   if (speculates) {
     mbarrier_init(&header.speculative_k_full, 1);
@@ -41,7 +48,6 @@ __device__ __forceinline__ void init_barriers(SmemHeader& header, int num_stages
   header.speculative_issued = 0;
   fence_barrier_init();
 }
-
 
 // One block of K or V: two 64-dim panels. Flat maps are 3-D (dims, token row, head); paged
 // maps 4-D (dims, token in page, head, page).
@@ -61,12 +67,31 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
   }
 }
 
-// Arms `full` for one operand's bytes and loads the block into `destination`.
+// One fp8 block of K or V: its 128-byte rows as one box into the stage's upper half, where the
+// converter threads find it (kv_convert.cuh). Maps as load_block's, of one-byte elements.
+__device__ __forceinline__ void load_fp8_block(const CUtensorMap* map, uint64_t* barrier,
+                                               uint8_t* stage, bool is_paged, int32_t coord,
+                                               int32_t kv_head, uint64_t cache_hint) {
+  uint8_t* destination = stage + kKvPanelBytes;
+  if (is_paged) {
+    cute::SM90_TMA_LOAD_4D::copy(map, barrier, cache_hint, destination, 0, 0, kv_head, coord);
+  } else {
+    cute::SM90_TMA_LOAD_3D::copy(map, barrier, cache_hint, destination, 0, coord, kv_head);
+  }
+}
+
+// Arms `barrier` for one operand's bytes and loads the block into the stage at `destination`.
+template <KvFormat kKv = KvFormat::kNative>
 __device__ __forceinline__ void load_operand(const AttentionParams& p, const CUtensorMap* map,
-                                             uint64_t* full, uint8_t* destination, int32_t coord,
-                                             int32_t kv_head) {
-  mbarrier_arrive_expect_tx(full, kStageTxBytes);
-  load_block(map, full, destination, p.is_paged, coord, kv_head, p.kv_cache_hint);
+                                             uint64_t* barrier, uint8_t* destination,
+                                             int32_t coord, int32_t kv_head) {
+  if constexpr (kKv == KvFormat::kFp8) {
+    mbarrier_arrive_expect_tx(barrier, kFp8TileBytes);
+    load_fp8_block(map, barrier, destination, p.is_paged, coord, kv_head, p.kv_cache_hint);
+  } else {
+    mbarrier_arrive_expect_tx(barrier, kStageTxBytes);
+    load_block(map, barrier, destination, p.is_paged, coord, kv_head, p.kv_cache_hint);
+  }
 }
 
 // A block whose K and V the producer loaded into stage 0 before planning ended (warp planning's
@@ -104,24 +129,29 @@ __device__ __forceinline__ void wait_for_speculative_load(const Smem& smem) {
 // landing is forwarded to the stage-0 barriers (a plain arrive completes their phase), else the
 // block is loaded again. kMayPace (the two-consumer kernel): with p.pacing_slack > 0 the pacer
 // may exempt the CTA from the throttle (pacing.cuh); the one-token decode kernel compiles none
-// of it.
-template <bool kMayPace = false>
+// of it. Converted formats (kKv != kNative) land on the rings' landed barriers, for the
+// converter threads; the launch plan gives them neither speculation nor pacing.
+template <bool kMayPace = false, KvFormat kKv = KvFormat::kNative>
 __device__ inline void produce(const AttentionParams& p, const Smem& smem, const TilePlan& plan,
                                int kv_head, const SpeculativeLoad& speculative) {
+  constexpr bool kConverts = kKv != KvFormat::kNative;
   const int num_stages = p.smem_layout.num_stages;
   SmemHeader& header = smem.header();
+  auto landed = [&](bool value, int stage) {
+    if constexpr (kConverts) return value ? &header.v_landed[stage] : &header.k_landed[stage];
+    return value ? &header.v_full[stage] : &header.k_full[stage];
+  };
   // Step i of the slice loads union entry slice_begin + i into its ring slot (planning.cuh).
   auto load = [&](bool value, const RingCursor& slot, int32_t coord) {
     const int stage = slot.stage;
-    uint64_t* full = value ? &header.v_full[stage] : &header.k_full[stage];
     uint64_t* empty = value ? &header.v_empty[stage] : &header.k_empty[stage];
     mbarrier_wait(empty, slot.phase ^ 1);
-    load_operand(p, value ? &p.tma_v : &p.tma_k, full, value ? smem.v(stage) : smem.k(stage),
-                 coord, kv_head);
+    load_operand<kKv>(p, value ? &p.tma_v : &p.tma_k, landed(value, stage),
+                      value ? smem.v(stage) : smem.k(stage), coord, kv_head);
   };
   const int steps = plan.slice_end - plan.slice_begin;
   int first_step = 0;
-  if (speculative.block >= 0) {
+  if (!kConverts && speculative.block >= 0) {
     const bool holds = steps > 0 && smem.union_blocks()[plan.slice_begin] == speculative.block &&
                        smem.union_coords()[plan.slice_begin] == speculative.coord;
     mbarrier_wait(&header.speculative_k_full, 0);
@@ -136,7 +166,7 @@ __device__ inline void produce(const AttentionParams& p, const Smem& smem, const
   // parity wait cannot miss a phase; with one stage it could, and the launch leaves the
   // throttle off there.
   // (Read from the parameter block at each use: the producer warpgroup has 24 registers.)
-  const bool paced = kMayPace && p.pacing_slack > 0 && steps > 0;
+  const bool paced = kMayPace && !kConverts && p.pacing_slack > 0 && steps > 0;
   if (paced) {
     pacing_join(steps);
     if (first_step == 1) pacing_count_step(header, 1);
@@ -148,12 +178,12 @@ __device__ inline void produce(const AttentionParams& p, const Smem& smem, const
     const RingCursor last = ring.previous(num_stages);  // step i - 1's slot (i > 0)
     const bool throttled = i > 0 && !(paced && pacing_boosted(header));
     if (p.inflight_throttle >= 2 && throttled) {
-      mbarrier_wait(&header.v_full[last.stage], last.phase);
+      mbarrier_wait(landed(true, last.stage), last.phase);
     }
     load(false, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstKIssued);
     if (p.inflight_throttle >= 1 && throttled) {
-      mbarrier_wait(&header.k_full[last.stage], last.phase);
+      mbarrier_wait(landed(false, last.stage), last.phase);
     }
     load(true, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstIssued);
