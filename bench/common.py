@@ -52,6 +52,11 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--launch-overrides", default="", metavar="NAME=VALUE,...",
                    help="test-only overrides of the Hopper launch plan for every call of the run "
                         "(flashmsa.testing.FIELDS), e.g. splits=4,push=0")
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, default="auto",
+                   help="K/V storage of the FlashMSA rows: auto = q's dtype (bf16); fp8 = "
+                        "float8_e4m3fn converted from the same bf16 data with a per-tensor scale "
+                        "(k_global_scale / v_global_scale). The baselines (SDPA, FlexAttention, "
+                        "the gather evaluation) run on the bf16 data either way")
     return p
 
 
@@ -197,6 +202,41 @@ def cu_seqlens(lengths, device) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
+# K/V storage (--kv-dtype)
+
+KV_DTYPES = ("auto", "fp8")
+FP8 = torch.float8_e4m3fn
+E4M3_MAX = 448.0
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", FP8: "fp8"}
+_CONVERT_ELEMENTS = 1 << 26   # elements converted at a time: float32 temporaries of 256 MiB
+
+
+def kv_storage_dtype(kv_dtype: str, q_dtype: torch.dtype) -> torch.dtype:
+    """The dtype FlashMSA's K/V are stored in for --kv-dtype (auto: q's dtype)."""
+    return FP8 if kv_dtype == "fp8" else q_dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def to_fp8(x: torch.Tensor):
+    """x -> (float8_e4m3fn copy, per-tensor descale) with x ~= fp8 * scale: (x / scale) rounded to
+    E4M3, the scale mapping x's largest magnitude to E4M3's largest finite value (448). Slices of
+    the first dim at a time, so that a cache of many GiB needs no float32 copy of itself."""
+    out = torch.empty(x.shape, dtype=FP8, device=x.device)
+    if x.numel() == 0:
+        return out, 1.0
+    step = max(1, _CONVERT_ELEMENTS // max(1, x[0].numel()))
+    slices = [slice(i, i + step) for i in range(0, x.shape[0], step)]
+    amax = max(float(x[s].abs().amax()) for s in slices)
+    scale = amax / E4M3_MAX if amax > 0 else 1.0
+    for s in slices:
+        out[s] = (x[s].float() / scale).clamp_(-E4M3_MAX, E4M3_MAX).to(FP8)
+    return out, scale
+
+
+# ---------------------------------------------------------------------------------------------
 # Output
 
 
@@ -247,13 +287,52 @@ def print_table(rows: list, columns: list, title: str) -> None:
 
 def sampled_error(flashmsa, out: torch.Tensor, call: dict, count: int = 256) -> float:
     """Relative L2 error of `out` on a random sample of rows against flashmsa.reference's fp64
-    evaluation of the same call: a fast wrong kernel must not land in a table unflagged."""
+    evaluation of the same call: a fast wrong kernel must not land in a table unflagged.
+
+    A paged call is evaluated on a few rows at a time, each group against a cache holding only
+    the pages its rows can read (paged_rows_call): evaluate_rows decodes quantized K/V (fp8) to
+    float32 whole, which for the decode benchmark's 24 GiB fp8 K would be 49 GiB, per tensor."""
     rows = torch.randperm(out.shape[0], device=out.device)[:count]
-    ref, _, _ = flashmsa.reference.evaluate_rows(**call, rows=rows)
+    if call.get("page_table") is None:
+        ref, _, _ = flashmsa.reference.evaluate_rows(**call, rows=rows)
+    else:
+        k = call["k"]
+        pages_per_row = call["q2k_indices"].shape[0] * call["q2k_indices"].shape[2]
+        # The group's pages as stored plus their float32 decoding, K and V.
+        page_bytes = 2 * k[0].numel() * (k.element_size() + 4)
+        step = max(1, _REFERENCE_BYTES // (pages_per_row * page_bytes))
+        ref = torch.cat([flashmsa.reference.evaluate_rows(**paged_rows_call(call, part),
+                                                          rows=part)[0]
+                         for part in rows.split(step)])
     got = out[rows].double()
     if not bool(torch.isfinite(got).all()):
         return math.inf
     return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+_REFERENCE_BYTES = 1 << 30   # K/V pages (stored + float32) per evaluate_rows call of a paged check
+
+
+def paged_rows_call(call: dict, rows: torch.Tensor) -> dict:
+    """The paged call `call` cut down for the query rows `rows`: k and v hold only the pages
+    that any of the rows' q2k entries maps to (a superset of what the rows read), and the page
+    table points into them, every other entry -1 (reads nothing). The rows' results are the
+    full call's: the same pages, in the same order of keys."""
+    k, v, table = call["k"], call["v"], call["page_table"]
+    num_pages = k.shape[0]
+    cu_q = call["cu_seqlens_q"].to(device=rows.device, dtype=torch.int64)
+    request = torch.searchsorted(cu_q[1:], rows, right=True)
+    entries = table.to(torch.int64)
+    ids = call["q2k_indices"][:, rows, :].to(torch.int64).clamp(0, entries.shape[1] - 1)
+    pages = entries[request.view(1, -1, 1), ids].reshape(-1)
+    pages = pages[(pages >= 0) & (pages < num_pages)].unique()
+    if pages.numel() == 0:
+        pages = torch.zeros(1, dtype=torch.int64, device=k.device)   # keep k indexable
+    new_index = torch.full((num_pages,), -1, dtype=torch.int64, device=k.device)
+    new_index[pages] = torch.arange(pages.numel(), device=k.device)
+    in_range = (entries >= 0) & (entries < num_pages)
+    new_table = torch.where(in_range, new_index[entries.clamp(0, num_pages - 1)], -1)
+    return {**call, "k": k[pages], "v": v[pages], "page_table": new_table.to(table.dtype)}
 
 
 def check_note(rel_l2: float) -> str:

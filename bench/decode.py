@@ -11,7 +11,12 @@ Baselines measured in the same run, on the issue-4 rows (GB/s over the same KV b
 SDPA of equal work (cuDNN and flash backends; per (request, KV head) a contiguous K/V holding
 the row's KV bytes) and the gather-based PyTorch evaluation on the same paged inputs.
 
-    python3 -m bench.decode --out out/bench [--quick] [--device cpu]
+With --kv-dtype fp8, FlashMSA reads the same cache stored as float8_e4m3fn (the bf16 pages
+divided by a per-tensor scale, passed as k_global_scale / v_global_scale), and its KV bytes count
+one byte an element; the baselines keep the bf16 cache and bf16 bytes. Rows and columns name
+their K/V dtype; issue 4's GB/s targets (set for bf16 bytes) are left unjudged on fp8 rows.
+
+    python3 -m bench.decode --out out/bench [--quick] [--device cpu] [--kv-dtype fp8]
 """
 from __future__ import annotations
 
@@ -27,7 +32,8 @@ from .common import HEAD_DIM, time_calls
 from .gather_attention import gather_attention
 from .selection import BLOCK, kv_bytes, select
 
-PAGE_BYTES_PER_HEAD = 2 * BLOCK * HEAD_DIM * 2   # K + V of one page of one KV head, bf16
+Q_DTYPE = torch.bfloat16
+BASELINE_KV = torch.bfloat16   # the baselines' K/V, whatever --kv-dtype says
 BASELINES = ("sdpa_cudnn", "sdpa_flash", "gather")
 GATHER_BUDGET_S = 5.0   # timed seconds the (slow) gather baseline may take per row
 
@@ -94,15 +100,33 @@ def build_cases(args):
     return cases + suite_cases({"full", "low-latency"} if low_latency else {"full"})
 
 
+def page_bytes_per_head(kv_dtype: torch.dtype) -> int:
+    """K + V bytes of one page of one KV head."""
+    return 2 * BLOCK * HEAD_DIM * torch.empty(0, dtype=kv_dtype).element_size()
+
+
 class PagedCache:
     """One K and one V cache (num_pages, Hkv, 128, D), filled once with randn / 3 and shared by
-    every case; each case maps its requests to disjoint random pages."""
+    every case; each case maps its requests to disjoint random pages.
 
-    def __init__(self, num_pages: int, num_kv_heads: int, device: str):
+    k, v: the bf16 pages (the baselines read them). msa_k, msa_v: FlashMSA's, the same pages or
+    their fp8 copies with per-tensor descales k_scale, v_scale (None for bf16)."""
+
+    def __init__(self, num_pages: int, num_kv_heads: int, device: str,
+                 kv_dtype: torch.dtype = BASELINE_KV):
         shape = (num_pages, num_kv_heads, BLOCK, HEAD_DIM)
-        self.k = torch.empty(shape, dtype=torch.bfloat16, device=device).normal_(0, 1 / 3)
-        self.v = torch.empty(shape, dtype=torch.bfloat16, device=device).normal_(0, 1 / 3)
+        self.k = torch.empty(shape, dtype=BASELINE_KV, device=device).normal_(0, 1 / 3)
+        self.v = torch.empty(shape, dtype=BASELINE_KV, device=device).normal_(0, 1 / 3)
         self.num_pages = num_pages
+        self.msa_k, self.msa_v, self.k_scale, self.v_scale = self.k, self.v, None, None
+        if kv_dtype == common.FP8:
+            self.msa_k, self.k_scale = common.to_fp8(self.k)
+            self.msa_v, self.v_scale = common.to_fp8(self.v)
+        self.kv_dtype = self.msa_k.dtype
+
+    def bytes(self) -> int:
+        tensors = [self.k, self.v] + ([self.msa_k, self.msa_v] if self.msa_k is not self.k else [])
+        return sum(x.numel() * x.element_size() for x in tensors)
 
     def page_tables(self, kv_lens, n_sets: int, device: str):
         """n_sets page tables (B, max_pages) over disjoint random pages; unused entries -1."""
@@ -123,9 +147,10 @@ def pages_needed(case: DecodeCase, n_sets: int) -> int:
     return n_sets * sum(math.ceil(n / BLOCK) for n in case.kv_lens)
 
 
-def estimated_sets(case: DecodeCase, heads, device) -> int:
+def estimated_sets(case: DecodeCase, heads, device, kv_dtype: torch.dtype = BASELINE_KV) -> int:
+    """Rotation sets that keep FlashMSA's K/V reads (in their storage) out of L2."""
     _, hkv, topk = heads
-    per_call = case.batch * hkv * min(case.qlen * topk, 4096) * PAGE_BYTES_PER_HEAD
+    per_call = case.batch * hkv * min(case.qlen * topk, 4096) * page_bytes_per_head(kv_dtype)
     return common.rotation_sets(per_call, device)
 
 
@@ -133,45 +158,52 @@ def run_case(case, cache, heads, flashmsa, args, seed):
     device = args.device
     hq, hkv, topk = heads
     total_q = case.batch * case.qlen
-    n_sets = estimated_sets(case, heads, device)
+    n_sets = estimated_sets(case, heads, device, cache.kv_dtype)
     cu_q = common.cu_seqlens([case.qlen] * case.batch, device)
     seqused = torch.tensor(case.kv_lens, dtype=torch.int32, device=device)
     sets = []
     for i, table in enumerate(cache.page_tables(case.kv_lens, n_sets, device)):
         q2k = flashmsa.patterns.make_q2k("random", [case.qlen] * case.batch, case.kv_lens, hkv,
                                          topk, causal=True, seed=seed + i, device=device)
-        q = common.randn((total_q, hq, HEAD_DIM), torch.bfloat16, device)
+        q = common.randn((total_q, hq, HEAD_DIM), Q_DTYPE, device)
         sets.append(dict(q=q, q2k=q2k, table=table, out=torch.full_like(q, float("nan"))))
     sel = select(sets[0]["q2k"], cu_q, seqused, causal=True, max_pages=sets[0]["table"].shape[1])
-    nbytes = kv_bytes(sel, case.batch, HEAD_DIM, 2)
+    # Section 10's KV bytes in each reader's storage: FlashMSA's (1 byte an element for fp8)
+    # and the baselines' bf16.
+    nbytes = kv_bytes(sel, case.batch, HEAD_DIM, cache.msa_k.element_size())
+    baseline_bytes = kv_bytes(sel, case.batch, HEAD_DIM, cache.k.element_size())
 
     attn = flashmsa.msa_sparse_attention
-    fns = [lambda s=s: attn(s["q"], cache.k, cache.v, s["q2k"], cu_q, None, causal=True,
-                            page_table=s["table"], seqused_k=seqused, out=s["out"])
+    fns = [lambda s=s: attn(s["q"], cache.msa_k, cache.msa_v, s["q2k"], cu_q, None, causal=True,
+                            page_table=s["table"], seqused_k=seqused,
+                            k_global_scale=cache.k_scale, v_global_scale=cache.v_scale,
+                            out=s["out"])
            for s in sets]
     t = time_calls(fns, device, args.reps, args.warmup, graph=True)
 
     s = sets[0]
     rel = common.sampled_error(flashmsa, s["out"], dict(
-        q=s["q"], k=cache.k, v=cache.v, q2k_indices=s["q2k"], cu_seqlens_q=cu_q, causal=True,
-        page_table=s["table"], seqused_k=seqused))
-    row = dict(time_us=t.seconds * 1e6, reps=t.reps, method=t.method, sets=n_sets,
-               kv_bytes=nbytes, GBps=nbytes / t.seconds / 1e9, check_rel_l2=rel,
-               note=common.check_note(rel))
+        q=s["q"], k=cache.msa_k, v=cache.msa_v, q2k_indices=s["q2k"], cu_seqlens_q=cu_q,
+        causal=True, page_table=s["table"], seqused_k=seqused, k_global_scale=cache.k_scale,
+        v_global_scale=cache.v_scale))
+    row = dict(kv_dtype=common.dtype_name(cache.kv_dtype), time_us=t.seconds * 1e6, reps=t.reps,
+               method=t.method, sets=n_sets, kv_bytes=nbytes, GBps=nbytes / t.seconds / 1e9,
+               check_rel_l2=rel, note=common.check_note(rel))
     if case.suite == "issue4":
-        row.update(run_baselines(case, sets, cache, cu_q, seqused, heads, nbytes, args))
+        row.update(run_baselines(case, sets, cache, cu_q, seqused, heads, baseline_bytes, args))
     return row
 
 
 def run_baselines(case, sets, cache, cu_q, seqused, heads, nbytes, args):
-    """The same-run baselines of one row, each as `<impl>_GBps` (over its own K/V bytes for the
-    dense ones, which equal the row's to within one block per (request, KV head), and over the
-    row's KV bytes for gather); a baseline that cannot run leaves a note instead."""
+    """The same-run baselines of one row on the bf16 cache, each as `<impl>_GBps` (over its own
+    K/V bytes for the dense ones, which equal the row's to within one block per (request, KV
+    head), and over the row's KV bytes for gather); nbytes are the row's KV bytes in bf16. A
+    baseline that cannot run leaves a note instead."""
     device = args.device
     hq, hkv, _ = heads
-    per_key = case.batch * hkv * HEAD_DIM * 2 * 2           # K + V bytes of one key, bf16
+    per_key = case.batch * hkv * HEAD_DIM * 2 * cache.k.element_size()  # K + V of one key
     keys = max(BLOCK, round(nbytes / per_key / BLOCK) * BLOCK)
-    results, notes = {}, []
+    results, notes = {"baseline_kv_dtype": common.dtype_name(cache.k.dtype)}, []
     for impl in BASELINES:
         try:
             if impl == "gather":
@@ -202,6 +234,8 @@ def meets(target: str, r: dict):
     if not target or "GBps" not in r:
         return None
     op, value, unit = target.split()
+    if unit != "us" and r.get("kv_dtype") != common.dtype_name(BASELINE_KV):
+        return None   # issue 4's GB/s targets count bf16 bytes: not comparable
     got = r["time_us"] if unit == "us" else r["GBps"]
     return got <= float(value) if op == "<=" else got >= float(value)
 
@@ -229,6 +263,8 @@ def main():
 def run(args):
     common.check_device(args.device)
     heads = (8, 2, 4) if args.device == "cpu" else (64, 4, 16)
+    kv_dtype = common.kv_storage_dtype(args.kv_dtype, Q_DTYPE)
+    msa_kv, baseline_kv = common.dtype_name(kv_dtype), common.dtype_name(BASELINE_KV)
     if args.device == "cpu":
         args.reps = min(args.reps, 3)
     flashmsa = common.import_flashmsa()
@@ -241,10 +277,11 @@ def run(args):
     print(f"ceilings: {ceilings}", flush=True)
 
     cases = build_cases(args)
-    num_pages = max(pages_needed(c, estimated_sets(c, heads, args.device)) for c in cases)
-    cache = PagedCache(num_pages, heads[1], args.device)
-    print(f"paged cache: {num_pages} pages, {2 * cache.k.numel() * 2 / 2**30:.1f} GiB K+V",
-          flush=True)
+    num_pages = max(pages_needed(c, estimated_sets(c, heads, args.device, kv_dtype))
+                    for c in cases)
+    cache = PagedCache(num_pages, heads[1], args.device, kv_dtype)
+    print(f"paged cache: {num_pages} pages, {cache.bytes() / 2**30:.1f} GiB K+V (msa reads "
+          f"{msa_kv}, baselines {baseline_kv})", flush=True)
 
     rows = []
     for i, case in enumerate(cases):
@@ -260,29 +297,39 @@ def run(args):
         rows.append(r)
         baselines = "".join(f" {impl} {r[f'{impl}_GBps']:.0f}" for impl in BASELINES
                             if r.get(f"{impl}_GBps") is not None)
+        # "name us GB/s" first: scripts/ab_decode.py reads the rows in that order.
         print(f"  {case.name:26s} " + (f"{r['time_us']:9.2f} us {r['GBps']:8.0f} GB/s "
-              f"({r['pct_copy']:.0f}% of copy) {r['note']}" if "GBps" in r else r["note"]) +
-              (f" | baselines (GB/s):{baselines}" if baselines else ""), flush=True)
+              f"[{msa_kv}] ({r['pct_copy']:.0f}% of copy) {r['note']}" if "GBps" in r
+              else r["note"]) +
+              (f" | baselines [{baseline_kv}] (GB/s):{baselines}" if baselines else ""),
+              flush=True)
         common.free_memory(args.device)
         # After every case: a run stopped by its time limit still leaves what it measured.
         aggs = {s: a for s in ("full", "low-latency") if (a := weighted(rows, s))}
-        common.write_outputs(args.out, "decode", rows, {"environment": env, "ceilings": ceilings,
-                                                       "suite_weighted": aggs, "heads": heads})
+        common.write_outputs(args.out, "decode", rows, {
+            "environment": env, "ceilings": ceilings, "suite_weighted": aggs, "heads": heads,
+            "kv_dtype": {"msa": msa_kv, "baselines": baseline_kv}})
 
+    # Every timed column names the K/V dtype its bytes are counted in.
     common.print_table(rows, [("case", "case", "{}"), ("batch", "B", "{}"), ("qlen", "q", "{}"),
-                              ("kv_mean", "kv mean", "{:.0f}"), ("time_us", "us", "{:.2f}"),
-                              ("GBps", "GB/s", "{:.0f}"), ("pct_copy", "%copy", "{:.0f}"),
+                              ("kv_mean", "kv mean", "{:.0f}"),
+                              ("time_us", f"msa[{msa_kv}] us", "{:.2f}"),
+                              ("GBps", f"msa[{msa_kv}] GB/s", "{:.0f}"),
+                              ("pct_copy", "%copy", "{:.0f}"),
                               ("target", "target", "{}"), ("meets", "ok", "{}"),
-                              ("vllm_triton", "vLLM Triton", "{}"),
-                              ("sdpa_cudnn_GBps", "cuDNN dense", "{:.0f}"),
-                              ("sdpa_flash_GBps", "flash dense", "{:.0f}"),
-                              ("gather_GBps", "gather", "{:.0f}"), ("note", "note", "{}"),
-                              ("baseline_note", "baselines", "{}")],
-                       "decode: GB/s over KV bytes (contract section 10)")
+                              ("vllm_triton", "vLLM Triton[bf16]", "{}"),
+                              ("sdpa_cudnn_GBps", f"cuDNN dense[{baseline_kv}]", "{:.0f}"),
+                              ("sdpa_flash_GBps", f"flash dense[{baseline_kv}]", "{:.0f}"),
+                              ("gather_GBps", f"gather[{baseline_kv}]", "{:.0f}"),
+                              ("note", "note", "{}"), ("baseline_note", "baselines", "{}")],
+                       f"decode: GB/s over KV bytes (contract section 10), msa K/V {msa_kv}, "
+                       f"baselines {baseline_kv}")
     for s, a in aggs.items():
+        # "decode suite full: weighted <GB/s>" first: scripts/gpu_check.sh and ab_decode.py
+        # read that.
         print(f"decode suite {s}: weighted {a['GBps']:.0f} GB/s over KV bytes "
               f"({100 * a['GBps'] / copy:.0f}% of copy), weighted mean latency "
-              f"{a['weighted_mean_latency_us']:.1f} us, {a['cases']} cases")
+              f"{a['weighted_mean_latency_us']:.1f} us, {a['cases']} cases, K/V {msa_kv}")
     print(f"ceilings: copy {copy:.0f} GB/s, bf16 matmul {ceilings['matmul_TFLOPs']:.0f} TFLOP/s")
 
 

@@ -8,7 +8,12 @@ bottom-right causal), with their production-weighted aggregate
 sum(w * useful_flops) / sum(w * time). Useful FLOPs are counted exactly from the q2k indices
 (contract section 10).
 
-    python3 -m bench.prefill --out out/bench [--quick] [--device cpu]
+With --kv-dtype fp8, FlashMSA reads K/V stored as float8_e4m3fn (the bf16 data divided by a
+per-tensor scale, passed as k_global_scale / v_global_scale); the baselines run on the bf16 data,
+so the table shows fp8 FlashMSA beside the same baselines. Every row and column names its K/V
+dtype.
+
+    python3 -m bench.prefill --out out/bench [--quick] [--device cpu] [--kv-dtype fp8]
 """
 from __future__ import annotations
 
@@ -27,6 +32,8 @@ from .selection import select, union_stats
 PATTERNS = ("random", "clustered", "indexer")
 IMPLS = ("msa", "sdpa_cudnn", "sdpa_flash", "flex", "gather")
 KEYS_PER_QUERY = 2048   # topk 16 x 128: the dense baseline's keys per query
+Q_DTYPE = torch.bfloat16
+BASELINE_KV = common.dtype_name(Q_DTYPE)   # the baselines' K/V, whatever --kv-dtype says
 
 
 @dataclass
@@ -45,9 +52,13 @@ class Case:
 @dataclass
 class InputSet:
     q: torch.Tensor
-    k: torch.Tensor
+    k: torch.Tensor             # bf16: the baselines' K/V
     v: torch.Tensor
     out: torch.Tensor
+    k_msa: torch.Tensor         # FlashMSA's K/V: k and v themselves, or their fp8 copies
+    v_msa: torch.Tensor
+    k_scale: float | None = None   # the fp8 copies' descales
+    v_scale: float | None = None
 
 
 def parse_args():
@@ -92,19 +103,26 @@ def production_cases(heads, shrink: int = 1):
     return sorted(cases, key=lambda c: (c.seqlen_k, c.seqlen_q))
 
 
-def make_sets(case: Case, n_sets: int, device: str):
+def make_sets(case: Case, n_sets: int, device: str, kv_dtype: torch.dtype = Q_DTYPE):
+    """n_sets inputs of randn / 3; with fp8 K/V, FlashMSA's are the bf16 K/V converted."""
     sets = []
     for _ in range(n_sets):
-        q = randn((case.seqlen_q, case.num_qo_heads, HEAD_DIM), torch.bfloat16, device)
-        k = randn((case.seqlen_k, case.num_kv_heads, HEAD_DIM), torch.bfloat16, device)
-        v = randn((case.seqlen_k, case.num_kv_heads, HEAD_DIM), torch.bfloat16, device)
-        sets.append(InputSet(q, k, v, torch.full_like(q, float("nan"))))
+        q = randn((case.seqlen_q, case.num_qo_heads, HEAD_DIM), Q_DTYPE, device)
+        k = randn((case.seqlen_k, case.num_kv_heads, HEAD_DIM), Q_DTYPE, device)
+        v = randn((case.seqlen_k, case.num_kv_heads, HEAD_DIM), Q_DTYPE, device)
+        s = InputSet(q, k, v, torch.full_like(q, float("nan")), k, v)
+        if kv_dtype == common.FP8:
+            s.k_msa, s.k_scale = common.to_fp8(k)
+            s.v_msa, s.v_scale = common.to_fp8(v)
+        sets.append(s)
     return sets
 
 
-def set_bytes(case: Case) -> int:
-    return 2 * HEAD_DIM * (2 * case.seqlen_q * case.num_qo_heads
-                           + 2 * case.seqlen_k * case.num_kv_heads)
+def set_bytes(case: Case, kv_dtype: torch.dtype = Q_DTYPE) -> int:
+    """Bytes FlashMSA touches in one set: q and out in bf16, K and V in their storage."""
+    kv_elem = torch.empty(0, dtype=kv_dtype).element_size()
+    return HEAD_DIM * (2 * 2 * case.seqlen_q * case.num_qo_heads
+                       + kv_elem * 2 * case.seqlen_k * case.num_kv_heads)
 
 
 class Runner:
@@ -117,10 +135,13 @@ class Runner:
         self.rows = []
         self.flex_skip_from = None   # S at and past which flex is skipped, with the reason
         self.flex_skip_reason = ""
+        self.kv_dtype = common.kv_storage_dtype(args.kv_dtype, Q_DTYPE)
+        self.msa_kv = common.dtype_name(self.kv_dtype)
 
     def row(self, case: Case, impl: str, flops=None, timing: Timing | None = None, **extra):
         r = {"case": case.name, "group": case.group, "pattern": case.pattern,
              "seqlen_q": case.seqlen_q, "seqlen_k": case.seqlen_k, "impl": impl,
+             "kv_dtype": self.msa_kv if impl == "msa" else BASELINE_KV,
              "weight": case.weight, "flops": flops}
         if timing is not None:
             r.update(time_ms=timing.seconds * 1e3, tflops=flops / timing.seconds / 1e12,
@@ -129,7 +150,7 @@ class Runner:
         self.rows.append(r)
         status = (f"{r['time_ms']:9.3f} ms {r['tflops']:7.1f} TFLOP/s ({r['method']}, "
                   f"{r['reps']} reps)" if timing else f"-- {extra.get('note', '')}")
-        print(f"  {impl:11s} {status}", flush=True)
+        print(f"  {impl:11s} [{r['kv_dtype']}] {status}", flush=True)
         return r
 
     def run_case(self, case: Case, impls, seed: int):
@@ -144,8 +165,8 @@ class Runner:
         group = case.num_qo_heads // case.num_kv_heads
         keys = self.flashmsa.reference.keys_read(q2k, cu_q, cu_k, causal=True)
         flops = 4 * HEAD_DIM * group * int(keys.sum())
-        n_sets = common.rotation_sets(set_bytes(case), device)
-        sets = make_sets(case, n_sets, device)
+        n_sets = common.rotation_sets(set_bytes(case, self.kv_dtype), device)
+        sets = make_sets(case, n_sets, device, self.kv_dtype)
         budget = args.baseline_budget
 
         for impl in impls:
@@ -175,12 +196,14 @@ class Runner:
 
     def run_msa(self, case, sets, q2k, cu_q, cu_k, flops):
         attn = self.flashmsa.msa_sparse_attention
-        fns = [lambda s=s: attn(s.q, s.k, s.v, q2k, cu_q, cu_k, causal=True, out=s.out)
+        fns = [lambda s=s: attn(s.q, s.k_msa, s.v_msa, q2k, cu_q, cu_k, causal=True,
+                                k_global_scale=s.k_scale, v_global_scale=s.v_scale, out=s.out)
                for s in sets]
         t = time_calls(fns, self.device, self.args.reps, self.args.warmup, graph=True)
-        rel = common.sampled_error(self.flashmsa, sets[0].out, dict(
-            q=sets[0].q, k=sets[0].k, v=sets[0].v, q2k_indices=q2k, cu_seqlens_q=cu_q,
-            cu_seqlens_k=cu_k, causal=True))
+        s = sets[0]
+        rel = common.sampled_error(self.flashmsa, s.out, dict(
+            q=s.q, k=s.k_msa, v=s.v_msa, q2k_indices=q2k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+            causal=True, k_global_scale=s.k_scale, v_global_scale=s.v_scale))
         self.row(case, "msa", flops, t, check_rel_l2=rel, note=common.check_note(rel))
 
     def run_flex(self, case, sets, q2k, cu_q, cu_k, flops):
@@ -231,6 +254,7 @@ def aggregates(rows):
             num = sum(r["weight"] * r["flops"] for r in timed)
             den = sum(r["weight"] * r["time_ms"] * 1e-3 for r in timed)
             out[impl] = {"TFLOPs": num / den / 1e12, "cases": len(timed), "of": len(rs),
+                         "kv_dtype": timed[0]["kv_dtype"],
                          "weighted_mean_latency_ms":
                              sum(r["weight"] * r["time_ms"] for r in timed)
                              / sum(r["weight"] for r in timed)}
@@ -251,18 +275,21 @@ def plot(rows, path, heads):
              for r in rows}
     impls = [i for i in IMPLS if any(r["impl"] == i and r.get("tflops") for r in rows)]
     value = {(r["case"], r["impl"]): r.get("tflops") for r in rows}
+    kv = {r["impl"]: r["kv_dtype"] for r in rows}
     width = 0.8 / max(1, len(impls))
     fig, ax = plt.subplots(figsize=(max(8.0, 0.45 * len(cases) + 2), 5))
     for j, impl in enumerate(impls):
         xs = [i + j * width for i in range(len(cases))]
-        ax.bar(xs, [value.get((c, impl)) or 0.0 for c in cases], width, label=impl)
+        ax.bar(xs, [value.get((c, impl)) or 0.0 for c in cases], width,
+               label=f"{impl} (K/V {kv[impl]})")
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))])
     ax.set_xticklabels([label[c] for c in cases], rotation=60, ha="right", fontsize=7)
     # Log scale: the baselines span 3 to 700 TFLOP/s.
     ax.set_yscale("log")
     ax.set_ylabel("TFLOP/s (useful; SDPA: dense of equal work)")
-    ax.set_title("MSA prefill, bf16, Hq {} Hkv {} D 128 topk {}, causal\nM3 shapes by pattern, then "
-                 "single-request production shapes (indexer)".format(*heads), fontsize=9)
+    ax.set_title("MSA prefill, q bf16, K/V as labelled, Hq {} Hkv {} D 128 topk {}, causal\n"
+                 "M3 shapes by pattern, then single-request production shapes (indexer)"
+                 .format(*heads), fontsize=9)
     ax.grid(axis="y", which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
@@ -271,6 +298,7 @@ def plot(rows, path, heads):
 
 
 def summary(rows, ceilings, union_rows, aggs):
+    kv = {r["impl"]: r["kv_dtype"] for r in rows}
     by_case = {}
     for r in rows:
         c = by_case.setdefault(r["case"], {"case": r["case"][:28], "pattern": r["pattern"],
@@ -282,20 +310,25 @@ def summary(rows, ceilings, union_rows, aggs):
                 c["msa_ms"] = r["time_ms"]
         else:
             c[r["impl"]] = "skip" if "skipped" in str(r.get("note")) else "err"
+    # Every implementation's column carries its K/V dtype: with --kv-dtype fp8, FlashMSA's
+    # differs from the baselines'.
     cols = [("case", "case", "{}"), ("pattern", "pattern", "{}"), ("S_q", "S_q", "{}"),
-            ("S_k", "S_k", "{}"), ("w", "weight", "{:.0f}"), ("msa_ms", "msa ms", "{:.3f}")]
-    cols += [(i, i, "{:.1f}") for i in IMPLS if any(i in c for c in by_case.values())]
+            ("S_k", "S_k", "{}"), ("w", "weight", "{:.0f}"),
+            ("msa_ms", f"msa[{kv.get('msa', '-')}] ms", "{:.3f}")]
+    cols += [(i, f"{i}[{kv[i]}]", "{:.1f}") for i in IMPLS
+             if any(i in c for c in by_case.values())]
     common.print_table(list(by_case.values()), cols, "prefill: TFLOP/s (useful; SDPA dense of "
-                       "equal work)")
+                       "equal work); [K/V dtype], q bf16")
     if union_rows:
         common.print_table(union_rows, [("pattern", "pattern", "{}"), ("seqlen", "S", "{}")]
                            + [(f"tile{t}", f"{t} tok", "{:.1f}") for t in (8, 16, 64, 128)]
                            + [(f"tile{t}_x", f"x{t}", "{:.1f}") for t in (8, 16, 64, 128)],
                            "distinct blocks per KV head per tile (and x topk)")
     for impl, a in aggs.items():
+        # K/V at the end: scripts/ab_decode.py reads "aggregate msa : <TFLOP/s>".
         print(f"production-weighted aggregate {impl:10s}: {a['TFLOPs']:7.1f} useful TFLOP/s "
               f"over {a['cases']}/{a['of']} single-request representative cases, weighted mean "
-              f"latency {a['weighted_mean_latency_ms']:.3f} ms")
+              f"latency {a['weighted_mean_latency_ms']:.3f} ms, K/V {a['kv_dtype']}")
     print(f"ceilings: copy {ceilings['copy_GBps']:.0f} GB/s, bf16 matmul "
           f"{ceilings['matmul_n']}^3 {ceilings['matmul_TFLOPs']:.0f} TFLOP/s")
 
@@ -338,6 +371,8 @@ def run(args):
     import flashmsa.reference  # noqa: F401 - keys_read, evaluate_rows
     env = common.environment(args.device)
     print(f"prefill bench: {env}", flush=True)
+    print(f"K/V: msa {common.dtype_name(common.kv_storage_dtype(args.kv_dtype, Q_DTYPE))}, "
+          f"baselines {BASELINE_KV}; q {common.dtype_name(Q_DTYPE)}", flush=True)
     ceilings = common.measure_ceilings(args.device, args.reps)
     print(f"ceilings: {ceilings}", flush=True)
 
@@ -349,6 +384,7 @@ def run(args):
         common.write_outputs(args.out, "prefill", runner.rows,
                              {"environment": env, "ceilings": ceilings, "union_stats": union_rows,
                               "production_aggregate": aggregates(runner.rows), "heads": heads,
+                              "kv_dtype": {"msa": runner.msa_kv, "baselines": BASELINE_KV},
                               "flex_skipped": runner.flex_skip_reason})
 
     cases = [(c, impls) for c in m3_cases(sorted(sizes), patterns, heads)]

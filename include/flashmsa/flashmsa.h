@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define FLASHMSA_ABI_VERSION 2
+#define FLASHMSA_ABI_VERSION 3
 #define FLASHMSA_BLOCK_SIZE 128 /* tokens per selectable key block (= page size) */
 
 typedef enum flashmsa_status {
@@ -52,6 +52,15 @@ typedef enum flashmsa_q_offset_mode {
   FLASHMSA_Q_OFFSET_SCALAR = 1,      /* q_offset[b] = q_offset_value for every request */
   FLASHMSA_Q_OFFSET_PER_REQUEST = 2  /* q_offset[b] = q_offset_per_request[b] */
 } flashmsa_q_offset_mode;
+
+/* Where NVFP4 block scales sit (contract section 6). */
+typedef enum flashmsa_nvfp4_scale_layout {
+  /* One table per tensor in the swizzled 128x4 layout, k_scale_bytes / v_scale_bytes long. */
+  FLASHMSA_NVFP4_SCALES_SWIZZLED = 0,
+  /* Paged K/V only: one plane of 128 * (D / 16) bytes per (page, KV head), wherever the page and
+   * head strides put it (the NVFP4 page of vLLM: [K data | K scales | V data | V scales]). */
+  FLASHMSA_NVFP4_SCALES_PAGE_LOCAL = 1
+} flashmsa_nvfp4_scale_layout;
 
 typedef struct flashmsa_args {
   /* Where the tensors live. CUDA runs need compute capability 9.0. */
@@ -85,8 +94,9 @@ typedef struct flashmsa_args {
   const void* v;
   int64_t v_stride_page, v_stride_head, v_stride_token;
 
-  /* NVFP4 only: E4M3 block-scale bytes in the swizzled 128x4 layout (contract section 6),
-   * at least ceil(rows / 128) * 128 * (D / 16) bytes each. NULL otherwise. */
+  /* NVFP4 only: E4M3 block-scale bytes, NULL otherwise. In the swizzled layout (the default,
+   * see nvfp4_scale_layout) at least ceil(rows / 128) * 128 * (D / 16) bytes each; in the
+   * page-local layout they point at the plane of (page 0, head 0) and the *_bytes are unused. */
   const uint8_t* k_scale;
   int64_t k_scale_bytes;
   const uint8_t* v_scale;
@@ -108,10 +118,11 @@ typedef struct flashmsa_args {
   int64_t q_offset_value;              /* FLASHMSA_Q_OFFSET_SCALAR */
   const int32_t* q_offset_per_request; /* FLASHMSA_Q_OFFSET_PER_REQUEST: (B) */
 
-  /* Numerics: s = softmax_scale * k_global_scale * q.k; out = v_global_scale * softmax(s) V. */
+  /* Numerics: s = softmax_scale * k_global_scale * q.k; out = v_global_scale * softmax(s) V.
+   * The global scales may instead live in device memory: see k_global_scale_device. */
   float softmax_scale;         /* finite; flashmsa_args_init sets D^-0.5 for D = 128 */
-  float k_global_scale;        /* 1 when not given */
-  float v_global_scale;        /* 1 when not given */
+  float k_global_scale;        /* 1 when not given, or when k_global_scale_device is set */
+  float v_global_scale;        /* 1 when not given, or when v_global_scale_device is set */
   float lse_temperature_scale; /* T > 0, finite; lse_t = log sum exp(T * s) */
 
   /* Outputs. out: (total_q, Hq, D) in q_dtype, last dim contiguous. lse, lse_t: (total_q, Hq)
@@ -127,10 +138,30 @@ typedef struct flashmsa_args {
    * allowed only when flashmsa_workspace_bytes reports 0. */
   void* workspace;
   size_t workspace_bytes;
+
+  /* Global scales in device memory (contract section 6), NULL when not used. When non-NULL, the
+   * backend multiplies by the float the pointer points at (memory of the run's device) in place
+   * of k_global_scale / v_global_scale, whose fields must then be 1. The float is read by the
+   * work itself (on CUDA by the kernels, never by the host), so a captured CUDA graph replays
+   * with the value it holds at replay time; its value is not checked. */
+  const float* k_global_scale_device;
+  const float* v_global_scale_device;
+
+  /* NVFP4 only: where k_scale / v_scale sit. In the page-local layout (paged K/V only), the
+   * scale of (page p, KV head h, token t in page, group s of 16 elements) is, with C = D / 16:
+   *   K: k_scale[p * k_scale_stride_page + h * k_scale_stride_head + t * C + s] (linear);
+   *   V: v_scale[p * v_scale_stride_page + h * v_scale_stride_head
+   *              + (t / 4) * 4 * C + s * 4 + t % 4] (token-quad order).
+   * The plane strides are in bytes, multiples of 16 (where that dimension has more than one
+   * entry); k and v must then have token stride D / 2 and page and head strides that are
+   * multiples of 16 bytes. The strides are unused in the swizzled layout. */
+  flashmsa_nvfp4_scale_layout nvfp4_scale_layout;
+  int64_t k_scale_stride_page, k_scale_stride_head;
+  int64_t v_scale_stride_page, v_scale_stride_head;
 } flashmsa_args;
 
-/* Fills every field with its neutral default (NULL pointers, zero sizes, unit scales,
- * softmax_scale = 128^-0.5, end-aligned q_offset, CPU device). */
+/* Fills every field with its neutral default (NULL pointers, zero sizes, unit scales on the
+ * host, softmax_scale = 128^-0.5, end-aligned q_offset, swizzled NVFP4 scales, CPU device). */
 void flashmsa_args_init(flashmsa_args* args);
 
 /* Validates args and returns in *bytes the scratch memory a call with these shapes and options

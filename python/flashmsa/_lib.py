@@ -9,7 +9,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 # flashmsa_status
 OK = 0
@@ -32,6 +32,10 @@ DEVICE_CUDA = 1
 Q_OFFSET_END_ALIGNED = 0
 Q_OFFSET_SCALAR = 1
 Q_OFFSET_PER_REQUEST = 2
+
+# flashmsa_nvfp4_scale_layout
+NVFP4_SCALES_SWIZZLED = 0
+NVFP4_SCALES_PAGE_LOCAL = 1
 
 _enum = ctypes.c_int  # C enums with small values are int-sized on every ABI we target
 _i32 = ctypes.c_int32
@@ -103,6 +107,13 @@ class Args(ctypes.Structure):
         ("lse_t_stride_head", _i64),
         ("workspace", _ptr),
         ("workspace_bytes", ctypes.c_size_t),
+        ("k_global_scale_device", _ptr),
+        ("v_global_scale_device", _ptr),
+        ("nvfp4_scale_layout", _enum),
+        ("k_scale_stride_page", _i64),
+        ("k_scale_stride_head", _i64),
+        ("v_scale_stride_page", _i64),
+        ("v_scale_stride_head", _i64),
     ]
 
 

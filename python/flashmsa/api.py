@@ -105,8 +105,77 @@ def _scalar(name, value, default):
     return value
 
 
+def _global_scale(name, value, device):
+    """k_global_scale / v_global_scale (section 6) -> (the float for the call, the tensor or None).
+
+    A number is checked like any scale. A one-element float32 tensor on q's device is read by
+    the backend where it lies, never copied to the host, so that a captured CUDA graph replays
+    with the value the tensor holds at replay time; the float is then the neutral 1. Its value
+    is not checked (that would need a host read).
+    """
+    if not isinstance(value, torch.Tensor):
+        return _scalar(name, value, 1.0), None
+    if (value.dtype != torch.float32 or value.numel() != 1 or value.dim() > 1
+            or value.device != device):
+        raise ValueError(
+            f"{name} must be a float or a one-element float32 tensor of shape () or (1,) on q's "
+            f"device {device}, got a {str(value.dtype).replace('torch.', '')} tensor of shape "
+            f"{tuple(value.shape)} on {value.device}")
+    return 1.0, value
+
+
 def _kv_dtypes(q_dtype):
     return (q_dtype, torch.float8_e4m3fn, torch.uint8)
+
+
+def _nvfp4_scales_are_page_local(k_scale, v_scale, paged):
+    """The form of the NVFP4 scales (section 6): rank 1 or 2 is the swizzled 128x4 table, rank 4
+    the page-local planes, which only paged K/V take. Both tensors take the same form."""
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale.dim() not in (1, 2, 4):
+            raise ValueError(f"{name} must be 1-D or 2-D (swizzled 128x4 scale bytes) or 4-D "
+                             "(page-local, (num_pages, num_kv_heads, 128, head_dim // 16)), got "
+                             f"shape {tuple(scale.shape)}")
+    page_local = k_scale.dim() == 4
+    if (v_scale.dim() == 4) != page_local:
+        raise ValueError(f"v_scale must take k_scale's form (both 4-D page-local, or both 1-D or "
+                         f"2-D swizzled), got k_scale shape {tuple(k_scale.shape)} and v_scale "
+                         f"shape {tuple(v_scale.shape)}")
+    if page_local and not paged:
+        raise ValueError("k_scale is 4-D (page-local NVFP4 scales), which needs paged K/V "
+                         "(page_table): flat K/V take the swizzled 128x4 form (1-D or 2-D)")
+    return page_local
+
+
+def _check_page_and_head_strides(name, tensor):
+    """Page-local NVFP4: the page and head strides are free, in multiples of 16 bytes (one byte
+    per element here). A dimension of one entry is never stepped over: its stride is free."""
+    for dim, what in ((0, "page"), (1, "head")):
+        if tensor.shape[dim] > 1 and tensor.stride(dim) % 16 != 0:
+            raise ValueError(f"{name} must have a {what} stride (dim {dim}) that is a multiple of "
+                             "16 bytes with page-local NVFP4 scales, got strides "
+                             f"{tuple(tensor.stride())}")
+
+
+def _check_page_local_scales(k, v, k_scale, v_scale, head_dim):
+    """Page-local NVFP4 (section 6): scales (num_pages, Hkv, 128, D // 16), each (page, head)
+    plane contiguous; K/V rows D // 2 bytes apart within a page."""
+    scale_cols = head_dim // NVFP4_BLOCK
+    num_pages, num_kv_heads = k.shape[:2]
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        _check_shape(name, scale, (num_pages, num_kv_heads, BLOCK_SIZE, scale_cols),
+                     "(k's num_pages, num_kv_heads, 128, head_dim // 16) for page-local scales")
+        if scale.stride(3) != 1 or scale.stride(2) != scale_cols:
+            raise ValueError(f"{name} must have each (page, KV head) plane of 128 x {scale_cols} "
+                             f"scale bytes contiguous (token stride {scale_cols}, last stride 1), "
+                             f"got strides {tuple(scale.stride())}")
+        _check_page_and_head_strides(name, scale)
+    for name, tensor in (("k", k), ("v", v)):
+        if tensor.stride(2) != head_dim // 2:
+            raise ValueError(f"{name} must have token stride (dim 2) head_dim // 2 = "
+                             f"{head_dim // 2} with page-local NVFP4 scales (4-D k_scale / "
+                             f"v_scale), got strides {tuple(tensor.stride())}")
+        _check_page_and_head_strides(name, tensor)
 
 
 def _validate(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k, k_scale,
@@ -211,18 +280,23 @@ def _validate(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, sequ
 
     # NVFP4 block scales
     if nvfp4:
-        rows = (k.shape[0] * num_kv_heads * BLOCK_SIZE) if paged else (k.shape[0] * num_kv_heads)
-        needed = -(-rows // BLOCK_SIZE) * BLOCK_SIZE * (head_dim // NVFP4_BLOCK)
         for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
             if scale is None:
                 raise ValueError(f"{name} is required for NVFP4 (uint8) K/V: the E4M3 block "
-                                 "scales in the swizzled 128x4 layout")
+                                 "scales, swizzled 128x4 (1-D or 2-D) or page-local (4-D)")
             _check_device(name, scale, device)
             _check_dtype(name, scale, (torch.uint8, torch.float8_e4m3fn))
-            _check_contiguous(name, scale)
-            if scale.numel() < needed:
-                raise ValueError(f"{name} must hold at least ceil({rows} / 128) * 128 * "
-                                 f"{head_dim // NVFP4_BLOCK} = {needed} bytes, got {scale.numel()}")
+        if _nvfp4_scales_are_page_local(k_scale, v_scale, paged):
+            _check_page_local_scales(k, v, k_scale, v_scale, head_dim)
+        else:
+            rows = k.shape[0] * num_kv_heads * (BLOCK_SIZE if paged else 1)
+            needed = -(-rows // BLOCK_SIZE) * BLOCK_SIZE * (head_dim // NVFP4_BLOCK)
+            for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+                _check_contiguous(name, scale)
+                if scale.numel() < needed:
+                    raise ValueError(f"{name} must hold at least ceil({rows} / 128) * 128 * "
+                                     f"{head_dim // NVFP4_BLOCK} = {needed} bytes, "
+                                     f"got {scale.numel()}")
     else:
         for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
             if scale is not None:
@@ -268,14 +342,19 @@ def msa_sparse_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, 
     Returns out (total_q, Hq, D) in q's dtype; (out, lse) with return_softmax_lse;
     (out, lse, lse_t) with return_temperature_lse. lse and lse_t are float32 (total_q, Hq).
     Pass page_table and seqused_k (and no cu_seqlens_k) for paged K/V. `out=` is written in
-    place and returned.
+    place and returned. k_global_scale / v_global_scale are floats, or one-element float32
+    tensors on q's device read in place (CUDA-graph replays use their current values). NVFP4
+    k_scale / v_scale are the swizzled 128x4 bytes (1-D or 2-D) or, with paged K/V, page-local
+    (num_pages, Hkv, 128, D // 16) views.
     """
     q_offset_value, q_offset_tensor = _validate(
         q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k, k_scale,
         v_scale, q_offset, workspace, out)
     scale = _scalar("softmax_scale", softmax_scale, q.shape[-1] ** -0.5)
-    k_scale_global = _scalar("k_global_scale", k_global_scale, 1.0)
-    v_scale_global = _scalar("v_global_scale", v_global_scale, 1.0)
+    k_scale_global, k_scale_global_tensor = _global_scale("k_global_scale", k_global_scale,
+                                                          q.device)
+    v_scale_global, v_scale_global_tensor = _global_scale("v_global_scale", v_global_scale,
+                                                          q.device)
     temperature = _scalar("lse_temperature_scale", lse_temperature_scale, 1.0)
     if temperature <= 0:
         raise ValueError(f"lse_temperature_scale must be > 0, got {temperature}")
@@ -294,7 +373,8 @@ def msa_sparse_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, 
         q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k,
         k_scale, v_scale, q_offset_tensor, q_offset_value, bool(causal), scale,
         k_scale_global, v_scale_global, temperature,
-        workspace.id if workspace is not None else 0, out, lse, lse_t)
+        workspace.id if workspace is not None else 0, out, lse, lse_t,
+        k_scale_global_tensor, v_scale_global_tensor)
 
     if return_temperature_lse:
         return out, lse, lse_t
@@ -320,10 +400,11 @@ def _check_supported(q, kv_dtype):
         raise NotImplementedError(
             f"flashmsa's CUDA kernels run on compute capability 9.0 (Hopper: H100, H800, H20, "
             f"H200); {torch.cuda.get_device_name(q.device)} is {capability[0]}.{capability[1]}")
-    if kv_dtype != q.dtype:
+    if kv_dtype == torch.uint8:
         raise NotImplementedError(
-            f"{str(kv_dtype).replace('torch.', '')} K/V on the GPU are coming in a later "
-            f"release: on CUDA, k and v must have q's dtype ({str(q.dtype).replace('torch.', '')})")
+            "NVFP4 (uint8) K/V on the GPU are coming in a later release: on CUDA, k and v must be "
+            f"bfloat16/float16 (q's dtype, {str(q.dtype).replace('torch.', '')}) or "
+            "float8_e4m3fn")
 
 
 def supports_packed_kv(device):
@@ -351,7 +432,8 @@ def _pointer(tensor):
 
 def _fill_args(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k,
                k_scale, v_scale, q_offset_tensor, q_offset_value, causal, softmax_scale,
-               k_global_scale, v_global_scale, lse_temperature_scale, out, lse, lse_t):
+               k_global_scale, v_global_scale, lse_temperature_scale, out, lse, lse_t,
+               k_global_scale_tensor, v_global_scale_tensor):
     """The flashmsa_args of one call. Strides are in elements of each tensor's storage type
     (bytes for fp8 and packed NVFP4)."""
     args = _lib.new_args()
@@ -388,8 +470,14 @@ def _fill_args(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seq
     args.k = k.data_ptr()
     args.v = v.data_ptr()
     if k_scale is not None:
-        args.k_scale, args.k_scale_bytes = k_scale.data_ptr(), k_scale.numel()
-        args.v_scale, args.v_scale_bytes = v_scale.data_ptr(), v_scale.numel()
+        args.k_scale, args.v_scale = k_scale.data_ptr(), v_scale.data_ptr()
+        if k_scale.dim() == 4:  # page-local planes: their strides, not a table size
+            args.nvfp4_scale_layout = _lib.NVFP4_SCALES_PAGE_LOCAL
+            args.k_scale_stride_page, args.k_scale_stride_head = k_scale.stride()[:2]
+            args.v_scale_stride_page, args.v_scale_stride_head = v_scale.stride()[:2]
+        else:
+            args.nvfp4_scale_layout = _lib.NVFP4_SCALES_SWIZZLED
+            args.k_scale_bytes, args.v_scale_bytes = k_scale.numel(), v_scale.numel()
 
     args.q2k_indices = q2k_indices.data_ptr()
     args.idx_stride_head, args.idx_stride_token, args.idx_stride_topk = q2k_indices.stride()
@@ -408,6 +496,8 @@ def _fill_args(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seq
     args.softmax_scale = softmax_scale
     args.k_global_scale = k_global_scale
     args.v_global_scale = v_global_scale
+    args.k_global_scale_device = _pointer(k_global_scale_tensor)
+    args.v_global_scale_device = _pointer(v_global_scale_tensor)
     args.lse_temperature_scale = lse_temperature_scale
 
     args.out = out.data_ptr()
@@ -430,15 +520,20 @@ def _msa_sparse_attention_op(
         q_offset_tensor: Optional[torch.Tensor], q_offset_value: Optional[int], causal: bool,
         softmax_scale: float, k_global_scale: float, v_global_scale: float,
         lse_temperature_scale: float, workspace_id: int, out: torch.Tensor,
-        lse: Optional[torch.Tensor], lse_t: Optional[torch.Tensor]) -> None:
-    """Writes out (and lse, lse_t when given). workspace_id 0 = no workspace. Arguments were
-    validated by msa_sparse_attention; the library validates them again before any work."""
+        lse: Optional[torch.Tensor], lse_t: Optional[torch.Tensor],
+        k_global_scale_tensor: Optional[torch.Tensor] = None,
+        v_global_scale_tensor: Optional[torch.Tensor] = None) -> None:
+    """Writes out (and lse, lse_t when given). workspace_id 0 = no workspace. A global-scale
+    tensor, when given, replaces its float (then 1) and is read by the backend in place.
+    Arguments were validated by msa_sparse_attention; the library validates them again before
+    any work."""
     _check_supported(q, k.dtype)
     if k_scale is not None:
         k_scale, v_scale = k_scale.view(torch.uint8), v_scale.view(torch.uint8)
     args = _fill_args(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k,
                       k_scale, v_scale, q_offset_tensor, q_offset_value, causal, softmax_scale,
-                      k_global_scale, v_global_scale, lse_temperature_scale, out, lse, lse_t)
+                      k_global_scale, v_global_scale, lse_temperature_scale, out, lse, lse_t,
+                      k_global_scale_tensor, v_global_scale_tensor)
     workspace = find_workspace(workspace_id)
     if workspace is not None:
         # The buffer it holds already; it grows (never during capture) if the call needs more.
@@ -456,6 +551,7 @@ def _msa_sparse_attention_op(
 def _msa_sparse_attention_fake(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table,
                                seqused_k, k_scale, v_scale, q_offset_tensor, q_offset_value,
                                causal, softmax_scale, k_global_scale, v_global_scale,
-                               lse_temperature_scale, workspace_id, out, lse, lse_t):
+                               lse_temperature_scale, workspace_id, out, lse, lse_t,
+                               k_global_scale_tensor=None, v_global_scale_tensor=None):
     # The op only writes its output arguments; there is nothing to allocate.
     return None

@@ -3,11 +3,13 @@
     k_fp8, k_global_scale = quantize_fp8(k)            # pass k_global_scale= to the call
     k_packed, k_scale = quantize_nvfp4(k)              # flat (total_k, Hkv, D) -> uint8 + scales
     k_packed, k_scale = quantize_nvfp4(k_pages, paged=True)
+    k_packed, k_scales = quantize_nvfp4_blocks(k)      # the scales unswizzled, (..., D // 16)
     k_values = dequantize_kv(k_packed, k_scale)         # back to float32, exactly as stored
 
 NVFP4 stores two E2M1 values per byte (low nibble = even element) and one E4M3 scale per 16
 consecutive elements of a row, in the swizzled 128x4 layout whose row is token * Hkv + head
-(flat) or (page * Hkv + head) * 128 + token_in_page (paged).
+(flat) or (page * Hkv + head) * 128 + token_in_page (paged); paged K/V may instead keep the
+scales page-local, in planes the caller lays out from quantize_nvfp4_blocks' scales.
 """
 import torch
 
@@ -63,12 +65,12 @@ def _scale_rows(shape, paged, device):
             + torch.arange(num_heads, device=device).view(1, -1))
 
 
-def quantize_nvfp4(x, paged=False):
-    """x: flat (total_k, Hkv, D) or paged (num_pages, Hkv, 128, D) -> (packed, scale).
+def quantize_nvfp4_blocks(x):
+    """x (..., D) -> (packed, scales): packed uint8 (..., D // 2), two E2M1 codes a byte (low
+    nibble = even element); scales uint8 (..., D // 16), the E4M3 scale bytes in logical order
+    (one per 16 consecutive elements), to be laid out swizzled or page-local by the caller.
 
-    packed: uint8 (..., D // 2). scale: uint8, the swizzled E4M3 block scales, padded to
-    ceil(rows / 128) * 128 * (D / 16) bytes. Each scale is amax(group) / 6 rounded to E4M3, each
-    value the nearest E2M1 of x / scale.
+    Each scale is amax(group) / 6 rounded to E4M3, each value the nearest E2M1 of x / scale.
     """
     head_dim = x.shape[-1]
     groups = x.float().reshape(*x.shape[:-1], head_dim // NVFP4_GROUP, NVFP4_GROUP)
@@ -81,13 +83,23 @@ def quantize_nvfp4(x, paged=False):
     code = code | ((scaled < 0).long() << 3)
     code = code.reshape(*x.shape).to(torch.uint8)
     packed = code[..., 0::2] | (code[..., 1::2] << 4)
+    return packed.contiguous(), scale.view(torch.uint8).squeeze(-1)
 
+
+def quantize_nvfp4(x, paged=False):
+    """x: flat (total_k, Hkv, D) or paged (num_pages, Hkv, 128, D) -> (packed, scale).
+
+    packed: uint8 (..., D // 2). scale: uint8, the swizzled E4M3 block scales, padded to
+    ceil(rows / 128) * 128 * (D / 16) bytes (quantize_nvfp4_blocks says how values round).
+    """
+    head_dim = x.shape[-1]
+    packed, scales = quantize_nvfp4_blocks(x)
     num_rows = x[..., 0].numel()
     padded_rows = -(-num_rows // 128) * 128
     table = torch.zeros(padded_rows * (head_dim // NVFP4_GROUP), dtype=torch.uint8,
                         device=x.device)
-    table[_scale_offsets(x.shape, paged, x.device).reshape(-1)] = scale.view(torch.uint8).reshape(-1)
-    return packed.contiguous(), table
+    table[_scale_offsets(x.shape, paged, x.device).reshape(-1)] = scales.reshape(-1)
+    return packed, table
 
 
 def dequantize_kv(x, scale=None, paged=None):

@@ -96,6 +96,9 @@ FLASHMSA_API void flashmsa_args_init(flashmsa_args* args) {
   args->k_global_scale = 1.0f;
   args->v_global_scale = 1.0f;
   args->lse_temperature_scale = 1.0f;
+  args->k_global_scale_device = nullptr;
+  args->v_global_scale_device = nullptr;
+  args->nvfp4_scale_layout = FLASHMSA_NVFP4_SCALES_SWIZZLED;
 }
 
 FLASHMSA_API flashmsa_status flashmsa_workspace_bytes(const flashmsa_args* args, size_t* bytes) {

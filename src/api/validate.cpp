@@ -160,10 +160,59 @@ void validate_input_pointers(const flashmsa_args& args) {
   }
 }
 
+// A stride of the page-local NVFP4 form: a multiple of 16 bytes, so that planes and rows can be
+// moved in 16-byte vectors. A dimension with one entry is never stepped over, so its stride is
+// whatever the caller's view says.
+void require_16_byte_stride(int64_t stride, int64_t extent, const char* field) {
+  if (extent > 1 && (stride < 0 || stride % 16 != 0)) {
+    fail_field(field, "a multiple of 16 bytes with page-local NVFP4 scales", stride);
+  }
+}
+
+// Page-local scales (contract section 6): a plane of 128 * (D / 16) bytes per (page, KV head)
+// at free strides, next to K/V data whose rows are D / 2 bytes apart.
+void validate_page_local_scales(const flashmsa_args& args) {
+  if (!args.is_paged) {
+    fail_invalid("nvfp4_scale_layout: PAGE_LOCAL needs paged K/V (is_paged = 1)");
+  }
+  if (args.num_pages > 0) {
+    require_pointer(args.k_scale, "k_scale", "when kv_dtype is NVFP4");
+    require_pointer(args.v_scale, "v_scale", "when kv_dtype is NVFP4");
+  }
+  require_16_byte_stride(args.k_scale_stride_page, args.num_pages, "k_scale_stride_page");
+  require_16_byte_stride(args.k_scale_stride_head, args.num_kv_heads, "k_scale_stride_head");
+  require_16_byte_stride(args.v_scale_stride_page, args.num_pages, "v_scale_stride_page");
+  require_16_byte_stride(args.v_scale_stride_head, args.num_kv_heads, "v_scale_stride_head");
+  const int64_t row_bytes = args.head_dim / 2;
+  const std::string expected_row =
+      "D / 2 = " + std::to_string(row_bytes) + " bytes with page-local NVFP4 scales";
+  if (args.k_stride_token != row_bytes) {
+    fail_field("k_stride_token", expected_row, args.k_stride_token);
+  }
+  if (args.v_stride_token != row_bytes) {
+    fail_field("v_stride_token", expected_row, args.v_stride_token);
+  }
+  require_16_byte_stride(args.k_stride_page, args.num_pages, "k_stride_page");
+  require_16_byte_stride(args.k_stride_head, args.num_kv_heads, "k_stride_head");
+  require_16_byte_stride(args.v_stride_page, args.num_pages, "v_stride_page");
+  require_16_byte_stride(args.v_stride_head, args.num_kv_heads, "v_stride_head");
+}
+
 void validate_block_scales(const flashmsa_args& args) {
+  const int layout = raw_enum(args.nvfp4_scale_layout);
+  if (layout != FLASHMSA_NVFP4_SCALES_SWIZZLED && layout != FLASHMSA_NVFP4_SCALES_PAGE_LOCAL) {
+    fail_field("nvfp4_scale_layout", "SWIZZLED (0) or PAGE_LOCAL (1)", layout);
+  }
   if (args.kv_dtype != FLASHMSA_DTYPE_NVFP4) {
     require_null(args.k_scale, "k_scale", "unless kv_dtype is NVFP4");
     require_null(args.v_scale, "v_scale", "unless kv_dtype is NVFP4");
+    if (layout != FLASHMSA_NVFP4_SCALES_SWIZZLED) {
+      fail_invalid("nvfp4_scale_layout: must be SWIZZLED (0) unless kv_dtype is NVFP4");
+    }
+    return;
+  }
+  if (layout == FLASHMSA_NVFP4_SCALES_PAGE_LOCAL) {
+    validate_page_local_scales(args);
     return;
   }
   const int64_t required = nvfp4_scale_bytes_required(args);
@@ -176,10 +225,24 @@ void validate_block_scales(const flashmsa_args& args) {
   if (args.v_scale_bytes < required) fail_field("v_scale_bytes", expected, args.v_scale_bytes);
 }
 
+// A global scale read from device memory replaces the float field, which must then be neutral:
+// a caller that set both would otherwise get one of them silently ignored.
+void require_unit_beside_device_scale(float value, const float* device_value, const char* field,
+                                      const char* device_field) {
+  if (device_value != nullptr && value != 1.0f) {
+    fail_field(field, std::string("1 when ") + device_field + " is set (its value replaces it)",
+               value);
+  }
+}
+
 void validate_numerics(const flashmsa_args& args) {
   require_finite(args.softmax_scale, "softmax_scale");
   require_finite(args.k_global_scale, "k_global_scale");
   require_finite(args.v_global_scale, "v_global_scale");
+  require_unit_beside_device_scale(args.k_global_scale, args.k_global_scale_device,
+                                   "k_global_scale", "k_global_scale_device");
+  require_unit_beside_device_scale(args.v_global_scale, args.v_global_scale_device,
+                                   "v_global_scale", "v_global_scale_device");
   if (!std::isfinite(args.lse_temperature_scale) || !(args.lse_temperature_scale > 0.0f)) {
     fail_field("lse_temperature_scale", "a finite value > 0", args.lse_temperature_scale);
   }

@@ -1,7 +1,8 @@
 // NVFP4 decoding (contract section 6) on host and device: E2M1 values, two per byte with the
 // low nibble holding the even element, scaled by one E4M3 byte per 16 consecutive elements of a
-// row. The scale bytes are stored in the swizzled 128x4 layout used by the Blackwell block-scaled
-// MMA (32 rows x 4 scales interleaved into 512-byte tiles).
+// row. The scale bytes are stored either in the swizzled 128x4 layout used by the Blackwell
+// block-scaled MMA (32 rows x 4 scales interleaved into 512-byte tiles), or page-local: one plane
+// of 128 rows per (page, KV head), next to that page's data (the NVFP4 page of vLLM).
 #pragma once
 
 #include <stdint.h>
@@ -52,6 +53,20 @@ FLASHMSA_HOST_DEVICE int64_t nvfp4_scale_row_flat(int64_t token, int64_t head,
 FLASHMSA_HOST_DEVICE int64_t nvfp4_scale_row_paged(int64_t page, int64_t head,
                                                    int64_t token_in_page, int64_t num_kv_heads) {
   return (page * num_kv_heads + head) * kBlockSize + token_in_page;
+}
+
+// Page-local form: byte offset of the scale of (token_in_page, col) within its (page, KV head)
+// plane. K scales are linear, row after row ...
+FLASHMSA_HOST_DEVICE int64_t nvfp4_page_local_key_scale_offset(int64_t token_in_page, int64_t col,
+                                                               int64_t num_cols = kNvfp4ScaleCols) {
+  return token_in_page * num_cols + col;
+}
+
+// ... V scales in token-quad order: the scales of one column for four consecutive tokens sit
+// side by side, quad after quad.
+FLASHMSA_HOST_DEVICE int64_t nvfp4_page_local_value_scale_offset(
+    int64_t token_in_page, int64_t col, int64_t num_cols = kNvfp4ScaleCols) {
+  return (token_in_page / 4) * 4 * num_cols + col * 4 + token_in_page % 4;
 }
 
 // Bytes a scale tensor needs for `rows` rows: whole 128-row tiles of num_cols scales each.

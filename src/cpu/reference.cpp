@@ -73,6 +73,12 @@ void store_half(void* base, int64_t element, flashmsa_dtype dtype, float value) 
   memcpy(static_cast<uint8_t*>(base) + element * 2, &bits, sizeof(bits));
 }
 
+// A global scale (contract section 6): the float `in_memory` points at when the caller keeps it
+// in (here: host) memory, else the argument's float. Read once when the call starts.
+float global_scale(float value, const float* in_memory) {
+  return in_memory != nullptr ? *in_memory : value;
+}
+
 // Eight independent partial sums let the compiler vectorise without reassociating the sum, so
 // the result is the same on every run.
 float dot(const float* a, const float* b) {
@@ -91,7 +97,9 @@ class ReferenceRun {
         paged_(args.is_paged != 0),
         max_pages_(std::min(args.max_pages_per_request, kMaxTablePages)),
         group_size_(args.num_qo_heads / args.num_kv_heads),
-        score_scale_(args.softmax_scale * args.k_global_scale),
+        score_scale_(args.softmax_scale *
+                     global_scale(args.k_global_scale, args.k_global_scale_device)),
+        v_global_scale_(global_scale(args.v_global_scale, args.v_global_scale_device)),
         key_reader_(args, /*is_key=*/true),
         value_reader_(args, /*is_key=*/false) {
     read_requests();
@@ -353,7 +361,7 @@ class ReferenceRun {
   // out = 0 exactly and lse = lse_t = -inf (section 6), never 0/0.
   void write_row(int64_t row, int64_t head, const RowState& state) const {
     const bool empty = !(state.sum > 0.0f);
-    const float normaliser = empty ? 0.0f : args_.v_global_scale / state.sum;
+    const float normaliser = empty ? 0.0f : v_global_scale_ / state.sum;
     const int64_t first = row * args_.out_stride_token + head * args_.out_stride_head;
     for (int d = 0; d < kHeadDim; ++d) {
       store_half(args_.out, first + d, args_.q_dtype, state.accumulator[d] * normaliser);
@@ -373,7 +381,8 @@ class ReferenceRun {
   const bool paged_;
   const int64_t max_pages_;  // the table's width, clamped to the columns any length can use
   const int64_t group_size_;
-  const float score_scale_;
+  const float score_scale_;  // softmax_scale * k_global_scale
+  const float v_global_scale_;
   const KvReader key_reader_;
   const KvReader value_reader_;
   std::vector<Request> requests_;

@@ -190,6 +190,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
   }
 
   uint8_t* q_smem = smem.q(warpgroup);
+  const GlobalScales scales = global_scales(p);
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
   Accumulator o;
@@ -249,7 +250,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     uint32_t probabilities[32];
     if (warp_reads) {
       float correction[2];
-      softmax.template update<Element>(s, visible, p.scale_log2, p.lse_temperature,
+      softmax.template update<Element>(s, visible, scales.scale_log2, p.lse_temperature,
                                        probabilities, correction);
       // Once a row's max has settled its correction is exactly 1, and O * 1 is O: the warp
       // rescales only when one of its rows' max moved.
@@ -284,7 +285,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
   float lse[2], lse_t[2], sum[2], scale[2];
   softmax.finish(lse, lse_t, sum, p.lse_temperature);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) scale[h] = sum[h] > 0.f ? p.v_global_scale / sum[h] : 0.f;
+  for (int h = 0; h < 2; ++h) scale[h] = sum[h] > 0.f ? scales.v_global_scale / sum[h] : 0.f;
   if (kConsumers == 1 && p.cluster_reduce) {
     publish_partial<kTemperatureLse>(smem, o, row_in_warpgroup, rows, scale, lse, lse_t);
     reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);

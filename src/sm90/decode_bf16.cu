@@ -3,10 +3,10 @@
 #include "sm90/decode_launch_impl.cuh"
 
 namespace flashmsa::sm90 {
-template cudaError_t launch_decode<__nv_bfloat16>(const AttentionParams&, dim3, bool,
-                                                            cudaStream_t);
+template cudaError_t launch_decode<__nv_bfloat16, KvFormat::kNative>(const AttentionParams&,
+                                                                    dim3, bool, cudaStream_t);
 
-// The dtype changes neither registers nor shared memory.
+// Neither the dtype nor the K/V format changes the launch bounds or shared memory.
 int max_active_decode_clusters(uint32_t shared_bytes, int cluster_size) {
   return max_active_clusters(decode_kernel<__nv_bfloat16, false>, kDecodeThreads, shared_bytes,
                              cluster_size);

@@ -25,6 +25,7 @@
 #include "sm90/cluster_reduce.cuh"
 #include "sm90/consumer.cuh"
 #include "sm90/kernel_traits.h"
+#include "sm90/kv_convert.cuh"
 #include "sm90/mma.cuh"
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
@@ -240,7 +241,59 @@ __device__ __forceinline__ RowPartial gather_row_partial(const WarpOutput& o,
   return partial;
 }
 
-template <typename Element, bool kTemperatureLse>
+// fp8 K/V converted by the consumer warps themselves (the decode kernel has no converter warps;
+// prefill_kernel's stages arrive converted). Each warp rewrites what it alone reads:
+// - K: warp w's 32 keys, lane l row 32w + l, in place (convert_fp8_row: a row is one lane's);
+// - V: warp w's 32 head dims of all 128 keys. Those dims' converted chunks overlap other
+//   warps' fp8 chunks, so every warp first loads its fp8 slice (fp8 chunks 2w, 2w + 1 of four
+//   rows a lane) into registers, and stores it converted only after the block's P barrier,
+//   which all four warps pass after their loads. Rows past the request's end are stored as
+//   zeros (0 * NaN is NaN; zero_warp_value_tail's job on converted stages).
+struct Fp8ValueSlice {
+  uint4 chunk[4][2];  // [row lane + 32 r][fp8 chunk 2w + c]
+};
+
+__device__ __forceinline__ Fp8ValueSlice load_fp8_value_slice(const uint8_t* v_stage, int warp) {
+  const int lane = threadIdx.x % 32;
+  Fp8ValueSlice slice;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = lane + 32 * r;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      slice.chunk[r][c] = *reinterpret_cast<const uint4*>(
+          v_stage + kKvPanelBytes + row * 128 + (((2 * warp + c) ^ (row % 8)) * 16));
+    }
+  }
+  return slice;
+}
+
+template <typename Element>
+__device__ __forceinline__ void store_converted_value_slice(uint8_t* v_stage, int warp,
+                                                            const Fp8ValueSlice& slice,
+                                                            int first_invalid_key) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = lane + 32 * r;
+    const bool valid = row < first_invalid_key;
+    uint8_t* converted_row = v_stage + (warp / 2) * kKvPanelBytes + row * 128;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const uint4 packed = slice.chunk[r][c];
+      const int chunk = 4 * (warp % 2) + 2 * c;  // of dims 32w + 16c .. + 15 in the panel
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(converted_row + ((chunk ^ (row % 8)) * 16)) =
+          valid ? convert_e4m3_chunk<Element>(packed.x, packed.y) : zero;
+      *reinterpret_cast<uint4*>(converted_row + (((chunk + 1) ^ (row % 8)) * 16)) =
+          valid ? convert_e4m3_chunk<Element>(packed.z, packed.w) : zero;
+    }
+  }
+  __syncwarp();
+}
+
+// kKv: how the stages hold K and V (fp8: converted here, see above).
+template <typename Element, bool kTemperatureLse, KvFormat kKv = KvFormat::kNative>
 __device__ inline void consume_one_token(const AttentionParams& p, const Smem& smem,
                                          const TilePlan& plan, int kv_head, int head_chunk) {
   const int thread = threadIdx.x % 128;
@@ -258,6 +311,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     row_valid[h] = row_source(p, plan, 0, head_chunk, lane / 4 + 8 * h).valid;
   }
   const int key_limit = smem.token_key_limit()[0];
+  const GlobalScales scales = global_scales(p);
 
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
@@ -279,6 +333,10 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     mbarrier_wait(&header.k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
+    if constexpr (kKv == KvFormat::kFp8) {
+      convert_fp8_row<Element, 16>(smem.k(stage), first_key + lane);
+      __syncwarp();
+    }
     float s[4 * kWarpScoreTiles];
     warp_scores<Element>(smem_address(smem.q(0)), smem_address(smem.k(stage)), first_key, s);
     release_stage(&header.k_empty[stage]);
@@ -293,7 +351,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       block_max[h] = max_over_row_quad(OnlineSoftmax<kTemperatureLse>::scale_and_mask_row(
-          s, h, visible[h], p.scale_log2));
+          s, h, visible[h], scales.scale_log2));
     }
     // share_block_max's barrier also means every warp has read the previous block's P.
     share_block_max(exchange, block_max);
@@ -306,13 +364,26 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     OnlineSoftmax<kTemperatureLse>::template pack_probabilities<Element>(s, probabilities);
     share_probabilities(exchange, probabilities);
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
-    named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory
-    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
+    if constexpr (kKv == KvFormat::kFp8) {
+      mbarrier_wait(&header.v_full[stage], phase);
+      const Fp8ValueSlice slice = load_fp8_value_slice(smem.v(stage), warp);
+      // P of all 128 keys is in shared memory, and every warp's fp8 slice is in registers.
+      named_barrier_sync(kConsumerBarrier, 128);
+      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
+      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
+      store_converted_value_slice<Element>(smem.v(stage), warp, slice,
+                                           min(max(plan.seqlen_k - block_first_key, 0),
+                                               kBlockKeys));
+    } else {
+      named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory
+      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
 
-    mbarrier_wait(&header.v_full[stage], phase);
-    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
-    if (plan.seqlen_k - block_first_key < kBlockKeys) {
-      zero_warp_value_tail(smem.v(stage), max(plan.seqlen_k - block_first_key, 0), first_chunk);
+      mbarrier_wait(&header.v_full[stage], phase);
+      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
+      if (plan.seqlen_k - block_first_key < kBlockKeys) {
+        zero_warp_value_tail(smem.v(stage), max(plan.seqlen_k - block_first_key, 0),
+                             first_chunk);
+      }
     }
     warp_values<Element>(exchange, smem_address(smem.v(stage)), first_chunk, o);
     release_stage(&header.v_empty[stage]);
@@ -329,7 +400,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   softmax.lse_of_sums(sum, sum_t, p.lse_temperature, lse, lse_t);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    scale[h] = sum[h] > 0.f ? p.v_global_scale * reciprocal_flush(sum[h]) : 0.f;
+    scale[h] = sum[h] > 0.f ? scales.v_global_scale * reciprocal_flush(sum[h]) : 0.f;
   }
   const RowPartial partial = gather_row_partial(o, scale, lse, lse_t);
   FLASHMSA_MARK(kMarkPublished);

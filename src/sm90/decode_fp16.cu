@@ -3,5 +3,6 @@
 #include "sm90/decode_launch_impl.cuh"
 
 namespace flashmsa::sm90 {
-template cudaError_t launch_decode<__half>(const AttentionParams&, dim3, bool, cudaStream_t);
+template cudaError_t launch_decode<__half, KvFormat::kNative>(const AttentionParams&, dim3, bool,
+                                                             cudaStream_t);
 }  // namespace flashmsa::sm90

@@ -182,7 +182,9 @@ __device__ __forceinline__ void load_decode_queries(const AttentionParams& p, co
   FLASHMSA_MARK(kMarkQueriesLoaded);
 }
 
-template <typename Element, bool kTemperatureLse>
+// kKv: how K and V are stored; fp8 stages are converted by the consumer warps
+// (decode_consumer.cuh).
+template <typename Element, bool kTemperatureLse, KvFormat kKv = KvFormat::kNative>
 __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
     decode_kernel(const __grid_constant__ AttentionParams params) {
   extern __shared__ uint8_t shared_memory_raw[];
@@ -215,8 +217,9 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
     allow_next_grid_launch();
     FLASHMSA_MARK_BY(0, kMarkProducerReleased);
     if (threadIdx.x == 0) {
-      produce(params, smem, tile_plan(header, union_size, work.split, params.splits_divisor),
-              work.kv_head, SpeculativeLoad{-1, -1});
+      produce<false, kKv, false>(
+          params, smem, tile_plan(header, union_size, work.split, params.splits_divisor),
+          work.kv_head, SpeculativeLoad{-1, -1});
     }
     return;
   }
@@ -234,7 +237,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
   named_barrier_sync(kPlanReadyBarrier, kDecodeThreads);
   allow_next_grid_launch();
   const TilePlan plan = tile_plan(header, header.union_size, work.split, params.splits_divisor);
-  consume_one_token<Element, kTemperatureLse>(params, smem, plan, work.kv_head, 0);
+  consume_one_token<Element, kTemperatureLse, kKv>(params, smem, plan, work.kv_head, 0);
 }
 
 }  // namespace flashmsa::sm90

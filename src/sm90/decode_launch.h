@@ -1,5 +1,6 @@
 // Declaration of the one-token decode kernel's launch (decode_kernel.cuh), one explicit
-// instantiation per q/K/V dtype (decode_bf16.cu, decode_fp16.cu).
+// instantiation per q dtype and K/V format (decode_bf16.cu, decode_fp16.cu, decode_bf16_fp8.cu,
+// decode_fp16_fp8.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,9 +9,9 @@
 
 namespace flashmsa::sm90 {
 
-template <typename Element>
+template <typename Element, KvFormat kKv>
 cudaError_t launch_decode(const AttentionParams& params, dim3 grid, bool temperature_lse,
-                                    cudaStream_t stream);
+                          cudaStream_t stream);
 
 // max_active_one_consumer_clusters for the one-token decode kernel.
 int max_active_decode_clusters(uint32_t shared_bytes, int cluster_size);

@@ -7,19 +7,19 @@
 
 namespace flashmsa::sm90 {
 
-template <typename Element, bool kTemperatureLse>
+template <typename Element, KvFormat kKv, bool kTemperatureLse>
 cudaError_t launch_decode_variant(const AttentionParams& params, dim3 grid,
-                                            cudaStream_t stream) {
+                                  cudaStream_t stream) {
   static thread_local int configured_device = -1;
-  return launch_attention_kernel(decode_kernel<Element, kTemperatureLse>, configured_device,
+  return launch_attention_kernel(decode_kernel<Element, kTemperatureLse, kKv>, configured_device,
                                  params, grid, kDecodeThreads, stream);
 }
 
-template <typename Element>
+template <typename Element, KvFormat kKv>
 cudaError_t launch_decode(const AttentionParams& params, dim3 grid, bool temperature_lse,
-                                    cudaStream_t stream) {
-  return temperature_lse ? launch_decode_variant<Element, true>(params, grid, stream)
-                         : launch_decode_variant<Element, false>(params, grid, stream);
+                          cudaStream_t stream) {
+  return temperature_lse ? launch_decode_variant<Element, kKv, true>(params, grid, stream)
+                         : launch_decode_variant<Element, kKv, false>(params, grid, stream);
 }
 
 }  // namespace flashmsa::sm90

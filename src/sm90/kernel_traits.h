@@ -94,19 +94,27 @@ constexpr uint64_t kCacheHintEvictNormal = 0x1000000000000000ull;
 constexpr uint64_t kCacheHintEvictFirst = 0x12F0000000000000ull;
 
 // Register budgets (setmaxnreg): the producer warpgroup only issues TMA (and, for converted
-// formats, rewrites stages a 16-byte chunk at a time), the consumers hold the 64x128 fp32 S and
-// O accumulators (64 + 64 registers per thread) plus P in 16-bit.
-// Two consumers, one CTA per SM: 24 (32 converting) + 2 * 240 <= 65536 / 128 = 512.
-// One consumer, two CTAs per SM: 24 + 232 (32 + 224 converting) = 256 <= 32768 / 128.
+// formats, rewrites stages a few chunks at a time), the consumers hold the 64x128 fp32 S and O
+// accumulators (64 + 64 registers per thread) plus P in 16-bit. setmaxnreg moves registers
+// between the warpgroups of one CTA only: the sum may not pass what the launch gave the CTA
+// (65536 / (threads x CTAs per SM), rounded down to 8, per thread), or the consumers' increase
+// waits forever.
+// Two consumers, one CTA per SM: 168 a thread at launch; 24 + 2 * 240 (56 + 2 * 224
+// converting) = 504.
+// One consumer, two CTAs per SM: 128 at launch; 24 + 232 (40 + 216 converting) = 256.
+// The converter warps' share lets them keep several chunks of a row in flight.
 template <int kConsumers, KvFormat kKv = KvFormat::kNative>
 struct RoleConfig {
   static constexpr bool kConverts = kKv != KvFormat::kNative;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
-  static constexpr int kProducerRegisters = kConverts ? 32 : 24;
-  static constexpr int kConsumerRegisters = kConsumers == 1 ? (kConverts ? 224 : 232) : 240;
-  static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= 512 / kCtasPerSm,
-                "the warpgroups' registers must fit the SM's share");
+  static constexpr int kProducerRegisters = kConverts ? (kConsumers == 1 ? 40 : 56) : 24;
+  static constexpr int kConsumerRegisters = kConsumers == 1 ? (kConverts ? 216 : 232)
+                                                            : (kConverts ? 224 : 240);
+  static constexpr int kLaunchRegisters = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
+  static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
+                    (1 + kConsumers) * kLaunchRegisters,
+                "setmaxnreg cannot hand out more registers than the CTA was launched with");
 };
 
 // Shared memory: the big buffers sit at offsets chosen on the host (SmemLayout), so that one

@@ -57,13 +57,14 @@ __device__ __forceinline__ uint4 convert_e4m3_chunk(uint32_t low, uint32_t high)
 }
 
 // Row `row` of a landed fp8 stage, rewritten in place as Element (see the file comment), eight
-// dims (half an fp8 chunk, one converted chunk) at a time. Rolled: the converter warps have 32
-// registers.
-template <typename Element>
+// dims (half an fp8 chunk, one converted chunk) a piece, kPiecesInFlight pieces unrolled so that
+// their loads overlap their conversions: 4 for the converter warps (what their registers hold),
+// all 16 for the decode kernel's consumer warps.
+template <typename Element, int kPiecesInFlight = 4>
 __device__ __forceinline__ void convert_fp8_row(uint8_t* stage, int row) {
   const int swizzle = row % 8;
   const uint8_t* fp8_row = stage + kKvPanelBytes + row * 128;
-#pragma unroll 1
+#pragma unroll kPiecesInFlight
   for (int piece = 0; piece < 16; ++piece) {
     const uint2 packed = *reinterpret_cast<const uint2*>(
         fp8_row + (((piece / 2) ^ swizzle) * 16) + (piece % 2) * 8);

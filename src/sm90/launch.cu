@@ -260,6 +260,23 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
   return p;
 }
 
+// The decode kernel of the call's q dtype and K/V format.
+cudaError_t launch_decode_for(const flashmsa_args& args, const sm90::AttentionParams& params,
+                              dim3 grid, bool temperature_lse, cudaStream_t stream) {
+  using sm90::KvFormat;
+  const bool bf16 = args.q_dtype == FLASHMSA_DTYPE_BF16;
+  if (args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3) {
+    return bf16 ? sm90::launch_decode<__nv_bfloat16, KvFormat::kFp8>(params, grid,
+                                                                     temperature_lse, stream)
+                : sm90::launch_decode<__half, KvFormat::kFp8>(params, grid, temperature_lse,
+                                                              stream);
+  }
+  return bf16 ? sm90::launch_decode<__nv_bfloat16, KvFormat::kNative>(params, grid,
+                                                                      temperature_lse, stream)
+              : sm90::launch_decode<__half, KvFormat::kNative>(params, grid, temperature_lse,
+                                                               stream);
+}
+
 // The prefill kernel of the call's q dtype and K/V format.
 cudaError_t launch_prefill_for(const flashmsa_args& args, const sm90::AttentionParams& params,
                                dim3 grid, bool temperature_lse, cudaStream_t stream) {
@@ -310,8 +327,7 @@ void run_sm90(const flashmsa_args& args, const sm90::LaunchPlan& plan) {
   const bool bf16 = args.q_dtype == FLASHMSA_DTYPE_BF16;
   cudaError_t status;
   if (plan.decode_kernel) {
-    status = bf16 ? sm90::launch_decode<__nv_bfloat16>(params, grid, temperature_lse, stream)
-                  : sm90::launch_decode<__half>(params, grid, temperature_lse, stream);
+    status = launch_decode_for(args, params, grid, temperature_lse, stream);
     check_cuda(status, "launching the sm90 decode kernel");
   } else {
     status = launch_prefill_for(args, params, grid, temperature_lse, stream);

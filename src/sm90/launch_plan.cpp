@@ -148,11 +148,10 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   // At most 16 heads per KV head and 32 index entries per row: the decode kernel, whose tiles
   // are single rows, for decode batches and for multi-token prediction whose rows fit one CTA
   // per SM (split_rules.h).
-  // Converted K/V formats run the prefill kernel only (its producer warpgroup converts them:
-  // kv_convert.cuh); decode-shaped calls take its one-consumer shape.
+  // Converted K/V formats (fp8): the prefill kernel's producer warpgroup converts its stages,
+  // the decode kernel's consumer warps theirs (kv_convert.cuh, decode_consumer.cuh).
   const bool converts_kv = args.kv_dtype != args.q_dtype;
-  const bool decode_shape = args.total_q <= INT32_MAX && group_size <= kDecodeRows && topk <= 32 &&
-                            !converts_kv;
+  const bool decode_shape = args.total_q <= INT32_MAX && group_size <= kDecodeRows && topk <= 32;
   c.decode_kernel = takes_one_token_kernel(decode_shape, args.total_q, args.batch_size,
                                            args.num_kv_heads, sms,
                                            tuned(tuning.decode_kernel, 1, 0, 2));

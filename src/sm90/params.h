@@ -100,6 +100,27 @@ struct AttentionParams {
   // + the slack in quarter blocks (either side of the running CTAs' mean of steps left) past
   // which a CTA loads unthrottled.
   int32_t pacing_slack;
+  // Device-resident global scales (contract section 6), or nullptr: the consumers multiply
+  // scale_log2 and v_global_scale (then 1) by the floats these hold when the kernel runs, so a
+  // captured graph replays with the scales of the moment (global_scales()).
+  const float* k_global_scale_device;
+  const float* v_global_scale_device;
 };
+
+// The call's score scale (log2 units) and output scale, with the device-resident global scales
+// applied: a power-of-two scale gives the float form's values bit for bit.
+struct GlobalScales {
+  float scale_log2;
+  float v_global_scale;
+};
+
+#ifdef __CUDACC__
+__device__ __forceinline__ GlobalScales global_scales(const AttentionParams& p) {
+  GlobalScales scales{p.scale_log2, p.v_global_scale};
+  if (p.k_global_scale_device != nullptr) scales.scale_log2 *= __ldg(p.k_global_scale_device);
+  if (p.v_global_scale_device != nullptr) scales.v_global_scale *= __ldg(p.v_global_scale_device);
+  return scales;
+}
+#endif
 
 }  // namespace flashmsa::sm90

@@ -126,6 +126,7 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers, kKv>::kThreads,
   } else {
     registers_increase<Roles::kConsumerRegisters>();
     if (kConsumers == 1 && runs_one_token_consumer(params, plan)) {
+      // The converter warps hand over stages in q's dtype, whatever kKv is.
       consume_one_token<Element, kTemperatureLse>(params, smem, plan, work.kv_head,
                                                   work.head_chunk);
     } else {

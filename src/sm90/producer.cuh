@@ -129,12 +129,13 @@ __device__ __forceinline__ void wait_for_speculative_load(const Smem& smem) {
 // landing is forwarded to the stage-0 barriers (a plain arrive completes their phase), else the
 // block is loaded again. kMayPace (the two-consumer kernel): with p.pacing_slack > 0 the pacer
 // may exempt the CTA from the throttle (pacing.cuh); the one-token decode kernel compiles none
-// of it. Converted formats (kKv != kNative) land on the rings' landed barriers, for the
-// converter threads; the launch plan gives them neither speculation nor pacing.
-template <bool kMayPace = false, KvFormat kKv = KvFormat::kNative>
+// of it. kKv: the K/V format, whose bytes land on the rings' full barriers, or with kConverts
+// (prefill_kernel's converter warps, kv_convert.cuh) on their landed barriers; the launch plan
+// gives converted formats neither speculation nor pacing.
+template <bool kMayPace = false, KvFormat kKv = KvFormat::kNative,
+          bool kConverts = kKv != KvFormat::kNative>
 __device__ inline void produce(const AttentionParams& p, const Smem& smem, const TilePlan& plan,
                                int kv_head, const SpeculativeLoad& speculative) {
-  constexpr bool kConverts = kKv != KvFormat::kNative;
   const int num_stages = p.smem_layout.num_stages;
   SmemHeader& header = smem.header();
   auto landed = [&](bool value, int stage) {
@@ -151,7 +152,7 @@ __device__ inline void produce(const AttentionParams& p, const Smem& smem, const
   };
   const int steps = plan.slice_end - plan.slice_begin;
   int first_step = 0;
-  if (!kConverts && speculative.block >= 0) {
+  if (kKv == KvFormat::kNative && speculative.block >= 0) {
     const bool holds = steps > 0 && smem.union_blocks()[plan.slice_begin] == speculative.block &&
                        smem.union_coords()[plan.slice_begin] == speculative.coord;
     mbarrier_wait(&header.speculative_k_full, 0);
@@ -166,7 +167,7 @@ __device__ inline void produce(const AttentionParams& p, const Smem& smem, const
   // parity wait cannot miss a phase; with one stage it could, and the launch leaves the
   // throttle off there.
   // (Read from the parameter block at each use: the producer warpgroup has 24 registers.)
-  const bool paced = kMayPace && !kConverts && p.pacing_slack > 0 && steps > 0;
+  const bool paced = kMayPace && kKv == KvFormat::kNative && p.pacing_slack > 0 && steps > 0;
   if (paced) {
     pacing_join(steps);
     if (first_step == 1) pacing_count_step(header, 1);

@@ -182,9 +182,43 @@ class TestCase {
     return a;
   }
 
+  // Points the paged NVFP4 arguments `a` (from args(true)) at the same block scales in the
+  // page-local form of contract section 6: one plane of 128 x 8 bytes per (page, KV head), K
+  // linear, V in token-quad order, the planes padded apart (with NaN bytes) so that their
+  // strides matter.
+  void use_page_local_scales(flashmsa_args& a) {
+    const int hkv = o_.num_kv_heads;
+    const int64_t plane_bytes = int64_t{kBlock} * 8;
+    const int64_t head_stride = plane_bytes + 16, page_stride = hkv * head_stride + 32;
+    page_local_k_scale_.assign(static_cast<size_t>(num_pages_ * page_stride), 0x7F);
+    page_local_v_scale_ = page_local_k_scale_;
+    for (int page = 0; page < num_pages_; ++page) {
+      for (int h = 0; h < hkv; ++h) {
+        const int64_t plane = page * page_stride + h * head_stride;
+        for (int t = 0; t < kBlock; ++t) {
+          const int64_t row = (int64_t{page} * hkv + h) * kBlock + t;
+          for (int c = 0; c < 8; ++c) {
+            const int64_t swizzled = flashmsa::nvfp4_scale_offset(row, c);
+            page_local_k_scale_[plane + t * 8 + c] = paged_k_scale_[swizzled];
+            page_local_v_scale_[plane + (t / 4) * 4 * 8 + c * 4 + t % 4] =
+                paged_v_scale_[swizzled];
+          }
+        }
+      }
+    }
+    a.nvfp4_scale_layout = FLASHMSA_NVFP4_SCALES_PAGE_LOCAL;
+    a.k_scale = page_local_k_scale_.data();
+    a.v_scale = page_local_v_scale_.data();
+    a.k_scale_bytes = a.v_scale_bytes = 0;  // unused in the page-local form
+    a.k_scale_stride_page = a.v_scale_stride_page = page_stride;
+    a.k_scale_stride_head = a.v_scale_stride_head = head_stride;
+  }
+
   // Runs the library through the C ABI and gathers the outputs in (row, head) order.
-  Result run(bool paged) {
-    flashmsa_args a = args(paged);
+  Result run(bool paged) { return run(args(paged)); }
+
+  // The same, for arguments from args() that a test has edited.
+  Result run(const flashmsa_args& a) {
     Result result;
     result.status = flashmsa_sparse_attention(&a);
     result.error = flashmsa_last_error();
@@ -468,6 +502,7 @@ class TestCase {
   std::vector<uint8_t> k_stored_, v_stored_, k_scales_, v_scales_;  // per flat row
   std::vector<uint8_t> flat_kv_, paged_k_, paged_v_;
   std::vector<uint8_t> flat_k_scale_, flat_v_scale_, paged_k_scale_, paged_v_scale_;
+  std::vector<uint8_t> page_local_k_scale_, page_local_v_scale_;
   std::vector<uint16_t> out_;
   std::vector<float> lse_, lse_t_;
 };

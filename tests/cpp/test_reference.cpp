@@ -302,5 +302,47 @@ TEST(ReferenceEdges, GarbageDeviceValuesAreHandledSafely) {
   }
 }
 
+// Contract section 6: global scales the caller keeps in memory replace the float fields; the
+// arithmetic is the float form's, so the output is bitwise the same.
+TEST(ReferenceScales, GlobalScalesInMemoryMatchTheFloatsBitwise) {
+  for (const flashmsa_dtype kv_dtype : {FLASHMSA_DTYPE_FP8_E4M3, FLASHMSA_DTYPE_BF16}) {
+    CaseOptions options = small_case();
+    options.kv_dtype = kv_dtype;
+    options.k_global_scale = 0.7f;
+    options.v_global_scale = 2.0f;
+    TestCase test_case(options);
+    for (bool paged : {false, true}) {
+      const std::string what = std::string(kv_dtype == FLASHMSA_DTYPE_BF16 ? "bf16" : "fp8") +
+                               (paged ? " paged" : " flat") + " global scales in memory";
+      const Result from_floats = test_case.run(paged);
+      const float k_global_scale = options.k_global_scale, v_global_scale = options.v_global_scale;
+      flashmsa_args args = test_case.args(paged);
+      args.k_global_scale = args.v_global_scale = 1.0f;
+      args.k_global_scale_device = &k_global_scale;
+      args.v_global_scale_device = &v_global_scale;
+      const Result from_memory = test_case.run(args);
+      expect_bitwise_equal(from_memory, from_floats, what);
+      expect_matches(from_memory, test_case.expected(paged), options.q_dtype, what);
+    }
+  }
+}
+
+// Contract section 6: page-local NVFP4 scales hold the same bytes as the swizzled table in
+// another place; the decoded values, hence the output, are bitwise the same.
+TEST(ReferenceScales, PageLocalNvfp4ScalesMatchTheSwizzledBitwise) {
+  CaseOptions options = small_case();
+  options.kv_dtype = FLASHMSA_DTYPE_NVFP4;
+  options.q_dtype = FLASHMSA_DTYPE_FP16;
+  options.k_global_scale = 0.5f;
+  options.v_global_scale = 1.5f;
+  TestCase test_case(options);
+  const Result swizzled = test_case.run(true);
+  flashmsa_args args = test_case.args(true);
+  test_case.use_page_local_scales(args);
+  const Result page_local = test_case.run(args);
+  expect_bitwise_equal(page_local, swizzled, "page-local vs swizzled NVFP4 scales");
+  expect_matches(page_local, test_case.expected(true), options.q_dtype, "page-local scales");
+}
+
 }  // namespace
 }  // namespace flashmsa_test

@@ -41,6 +41,15 @@ void set_raw(Enum& field, int value) {
 
 const uint8_t kScaleBytes[4] = {0, 0, 0, 0};
 const int32_t kSomeInt32[4] = {0, 0, 0, 0};
+const float kOne = 1.0f;
+
+// Page-local NVFP4 scales with valid strides (valid_options' 2 KV heads), for the rules that
+// then break one of them. Validation fails before any byte is read.
+void use_page_local_scales(flashmsa_args& a) {
+  a.nvfp4_scale_layout = FLASHMSA_NVFP4_SCALES_PAGE_LOCAL;
+  a.k_scale_stride_head = a.v_scale_stride_head = 1024;
+  a.k_scale_stride_page = a.v_scale_stride_page = 2048;
+}
 
 std::vector<Rule> rules() {
   const flashmsa_dtype bf16 = FLASHMSA_DTYPE_BF16, nvfp4 = FLASHMSA_DTYPE_NVFP4;
@@ -118,11 +127,59 @@ std::vector<Rule> rules() {
        "k_scale"},
       {"v_scale_on_bf16", true, bf16, [](flashmsa_args& a) { a.v_scale = kScaleBytes; }, invalid,
        "v_scale"},
+      {"nvfp4_scale_layout_unknown", true, nvfp4,
+       [](flashmsa_args& a) { set_raw(a.nvfp4_scale_layout, 2); }, invalid, "nvfp4_scale_layout"},
+      {"page_local_scales_on_bf16", true, bf16, [](flashmsa_args& a) { use_page_local_scales(a); },
+       invalid, "nvfp4_scale_layout"},
+      {"page_local_scales_on_flat_kv", false, nvfp4,
+       [](flashmsa_args& a) { use_page_local_scales(a); }, invalid, "nvfp4_scale_layout"},
+      {"page_local_without_v_scale", true, nvfp4,
+       [](flashmsa_args& a) {
+         use_page_local_scales(a);
+         a.v_scale = nullptr;
+       },
+       invalid, "v_scale"},
+      {"page_local_k_scale_page_stride_unaligned", true, nvfp4,
+       [](flashmsa_args& a) {
+         use_page_local_scales(a);
+         a.k_scale_stride_page = 2056;
+       },
+       invalid, "k_scale_stride_page"},
+      {"page_local_v_scale_head_stride_negative", true, nvfp4,
+       [](flashmsa_args& a) {
+         use_page_local_scales(a);
+         a.v_scale_stride_head = -1024;
+       },
+       invalid, "v_scale_stride_head"},
+      {"page_local_k_token_stride_not_d_over_2", true, nvfp4,
+       [](flashmsa_args& a) {
+         use_page_local_scales(a);
+         a.k_stride_token = 128;
+       },
+       invalid, "k_stride_token"},
+      {"page_local_v_head_stride_unaligned", true, nvfp4,
+       [](flashmsa_args& a) {
+         use_page_local_scales(a);
+         a.v_stride_head += 8;
+       },
+       invalid, "v_stride_head"},
       {"softmax_scale_nan", false, bf16, [nan](flashmsa_args& a) { a.softmax_scale = nan; },
        invalid, "softmax_scale"},
       {"k_global_scale_inf", false, bf16, [inf](flashmsa_args& a) { a.k_global_scale = inf; },
        invalid, "k_global_scale"},
       {"v_global_scale_nan", false, bf16, [nan](flashmsa_args& a) { a.v_global_scale = nan; },
+       invalid, "v_global_scale"},
+      {"k_global_scale_beside_one_in_memory", false, bf16,
+       [](flashmsa_args& a) {
+         a.k_global_scale_device = &kOne;
+         a.k_global_scale = 0.5f;
+       },
+       invalid, "k_global_scale"},
+      {"v_global_scale_beside_one_in_memory", true, bf16,
+       [](flashmsa_args& a) {
+         a.v_global_scale_device = &kOne;
+         a.v_global_scale = 2.0f;
+       },
        invalid, "v_global_scale"},
       {"temperature_zero", false, bf16, [](flashmsa_args& a) { a.lse_temperature_scale = 0; },
        invalid, "lse_temperature_scale"},
@@ -243,7 +300,13 @@ TEST(Validation, ArgsInitDefaults) {
   EXPECT_EQ(args.k_global_scale, 1.0f);
   EXPECT_EQ(args.v_global_scale, 1.0f);
   EXPECT_EQ(args.lse_temperature_scale, 1.0f);
+  EXPECT_EQ(args.k_global_scale_device, nullptr);
+  EXPECT_EQ(args.v_global_scale_device, nullptr);
+  EXPECT_EQ(args.nvfp4_scale_layout, FLASHMSA_NVFP4_SCALES_SWIZZLED);
+  EXPECT_EQ(args.k_scale_stride_page, 0);
+  EXPECT_EQ(args.v_scale_stride_head, 0);
   EXPECT_EQ(flashmsa_abi_version(), FLASHMSA_ABI_VERSION);
+  EXPECT_EQ(FLASHMSA_ABI_VERSION, 3);
 }
 
 }  // namespace

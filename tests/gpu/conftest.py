@@ -37,8 +37,9 @@ def _skip_reason():
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "kv_quant_gpu: fp8 / NVFP4 K/V on the GPU (NotImplementedError until the "
-        "kernels support them; flip GPU_SUPPORTED_KV in test_gpu_quantized_kv.py)")
+        "markers", "kv_quant_gpu: fp8 / NVFP4 K/V on the GPU (test_gpu_fp8_kv.py; "
+        "GPU_SUPPORTED_KV in test_gpu_quantized_kv.py says which formats must run and which "
+        "must raise NotImplementedError)")
 
 
 def pytest_collection_modifyitems(config, items):

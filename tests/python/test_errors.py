@@ -249,9 +249,9 @@ def test_workspace_on_another_device(flat):
     expect(ValueError, ["workspace", "device"], flat, workspace=workspace)
 
 
-def test_global_scale_on_a_device(flat):
-    # A device tensor scale would need a host synchronisation: a float is expected.
-    expect(ValueError, ["k_global_scale", "float"], flat,
+def test_global_scale_tensor_on_another_device(flat):
+    # A tensor scale is read in place by the backend, so it must be on q's device.
+    expect(ValueError, ["k_global_scale", "device"], flat,
            k_global_scale=torch.tensor(0.5, device="meta"))
 
 
@@ -352,13 +352,17 @@ def test_gpu_other_than_compute_capability_9_0(monkeypatch):
     assert "8.0" in message and "9.0" in message and "A100" in message, message
 
 
-def test_quantised_kv_on_the_gpu_comes_later(monkeypatch):
+def test_nvfp4_kv_on_the_gpu_comes_later(monkeypatch):
     monkeypatch.setattr(_lib, "has_cuda", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    for kv_dtype in (torch.float8_e4m3fn, torch.uint8):
-        with pytest.raises(NotImplementedError, match="later release"):
-            api._check_supported(_cuda_query(), kv_dtype)
-    api._check_supported(_cuda_query(), torch.bfloat16)  # supported: no error
+    with pytest.raises(NotImplementedError, match="later release") as caught:
+        api._check_supported(_cuda_query(), torch.uint8)
+    message = str(caught.value)
+    assert "NVFP4" in message and "float8_e4m3fn" in message and "bfloat16" in message, message
+    # Supported on Hopper: no error.
+    for q_dtype in (torch.bfloat16, torch.float16):
+        for kv_dtype in (q_dtype, torch.float8_e4m3fn):
+            api._check_supported(_cuda_query(q_dtype), kv_dtype)
 
 
 def test_cuda_tensors_with_a_cpu_only_build(monkeypatch):
