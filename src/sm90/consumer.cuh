@@ -9,6 +9,7 @@
 
 #include "sm90/cluster_reduce.cuh"
 #include "sm90/kernel_traits.h"
+#include "sm90/kv_convert.cuh"
 #include "sm90/mma.cuh"
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
@@ -85,12 +86,11 @@ template <bool kTemperatureLse>
 __device__ __forceinline__ bool combine_warpgroups(const Smem& smem, int warpgroup,
                                                    OnlineSoftmax<kTemperatureLse>& softmax,
                                                    Accumulator& o, float temperature) {
-  constexpr int kBarrierBothConsumers = 3;
   constexpr int kValues = 64 + 6;
   static_assert(kValues * 128 * sizeof(float) <= 2 * kKvTileBytes, "exchange space: 2 stages");
   float* exchange = reinterpret_cast<float*>(smem.k(0)) + threadIdx.x % 128;
   wait_for_speculative_load(smem);  // one the plan did not use may still be landing in stage 0
-  named_barrier_sync(kBarrierBothConsumers, 256);  // both loops done with the stages
+  named_barrier_sync(kBothConsumersBarrier, 256);  // both loops done with the stages
   if (warpgroup == 1) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) exchange[i * 128] = o[i];
@@ -101,7 +101,7 @@ __device__ __forceinline__ bool combine_warpgroups(const Smem& smem, int warpgro
       exchange[(68 + h) * 128] = softmax.row_sum_t[h];
     }
   }
-  named_barrier_sync(kBarrierBothConsumers, 256);
+  named_barrier_sync(kBothConsumersBarrier, 256);
   if (warpgroup == 1) return false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -157,8 +157,11 @@ __device__ __forceinline__ void load_tile_queries(const AttentionParams& p, cons
   FLASHMSA_MARK(kMarkQueriesLoaded);
 }
 
-// Runs after load_tile_queries and planning.
-template <typename Element, bool kTemperatureLse, int kConsumers>
+// Runs after load_tile_queries and planning. kKv: converted formats' K and V stages are
+// rewritten by all consumer threads (kv_convert.cuh) once both landed, whether or not this
+// warpgroup reads the block.
+template <typename Element, bool kTemperatureLse, int kConsumers,
+          KvFormat kKv = KvFormat::kNative>
 __device__ inline void consume(const AttentionParams& p, const Smem& smem, const TilePlan& plan,
                         int kv_head, int head_chunk) {
   const int warpgroup = threadIdx.x / 128 - 1;
@@ -212,9 +215,14 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
       needed |= w < p.smem_layout.mask_words && (selected_by[w] & own_tokens[w]) != 0;
     }
     needed &= !share_rows || (u - plan.slice_begin) % 2 == warpgroup;
+    constexpr bool kConverts = kKv != KvFormat::kNative;
     mbarrier_wait(&smem.header().k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
+    if constexpr (kConverts) {
+      mbarrier_wait(&smem.header().v_full[stage], phase);
+      convert_block_by_consumers<Element, kConsumers>(smem.k(stage), smem.v(stage));
+    }
     if (!needed) {
       // Arrive on both rings in order, without reading: keeps the barrier phases aligned.
       mbarrier_arrive(&smem.header().k_empty[stage]);

@@ -39,13 +39,10 @@ constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one blo
 
 // How K and V are stored. kNative: q's dtype, loaded by TMA straight into the stage in the
 // layout the consumers read. kFp8: E4M3, one byte a value: TMA lands a block's 128-byte rows
-// (one 128B-swizzled box, 16 KiB) in the upper half of the 32 KiB stage, and the producer
-// warpgroup's converter warps rewrite it in place as q's dtype in the native layout
-// (kv_convert.cuh), so the consumers are the same code for every format.
+// (one 128B-swizzled box, 16 KiB) in the upper half of the 32 KiB stage, and the consumers
+// rewrite it in place as q's dtype in the native layout before they read it (kv_convert.cuh).
 enum class KvFormat : int32_t { kNative = 0, kFp8 = 1 };
 constexpr uint32_t kFp8TileBytes = kBlockKeys * kHeadDim;  // one operand of one block: 16 KiB
-// Threads of warpgroup 0 that convert (warps 1-3; thread 0 issues the loads).
-constexpr int kConverterThreads = 96;
 
 // Decode's KV split runs as one thread-block cluster per (tile, head column), at most 16 CTAs:
 // twice the portable cluster size, which Hopper allows to kernels that opt in
@@ -55,6 +52,9 @@ constexpr int kMaxClusterSplits = 16;
 // Named barrier of consumer warpgroup 0's 128 threads (warpgroup w uses 1 + w; 0 is
 // __syncthreads): the one-token consumer's exchanges and the push reduction's own-rows barrier.
 constexpr uint32_t kConsumerBarrier = 1;
+// Named barrier of both consumer warpgroups of the prefill kernel (256 threads): the exchange of
+// shared-rows mode and the rewrite of converted stages.
+constexpr uint32_t kBothConsumersBarrier = 3;
 // One-token decode tiles (decode_consumer.cuh) hold one mma.sync row tile of query heads.
 constexpr int kDecodeRows = 16;
 // What a split CTA of a one-token tile pushes into a row owner's shared memory (cluster_reduce.cuh:
@@ -93,24 +93,21 @@ static_assert(2 * kQPanelBytes + largest_receive_buffer_bytes() + 2 * kKvTileByt
 constexpr uint64_t kCacheHintEvictNormal = 0x1000000000000000ull;
 constexpr uint64_t kCacheHintEvictFirst = 0x12F0000000000000ull;
 
-// Register budgets (setmaxnreg): the producer warpgroup only issues TMA (and, for converted
-// formats, rewrites stages a few chunks at a time), the consumers hold the 64x128 fp32 S and O
-// accumulators (64 + 64 registers per thread) plus P in 16-bit. setmaxnreg moves registers
-// between the warpgroups of one CTA only: the sum may not pass what the launch gave the CTA
-// (65536 / (threads x CTAs per SM), rounded down to 8, per thread), or the consumers' increase
-// waits forever.
-// Two consumers, one CTA per SM: 168 a thread at launch; 24 + 2 * 240 (56 + 2 * 224
-// converting) = 504.
-// One consumer, two CTAs per SM: 128 at launch; 24 + 232 (40 + 216 converting) = 256.
-// The converter warps' share lets them keep several chunks of a row in flight.
+// Register budgets (setmaxnreg): the producer warpgroup only issues TMA, the consumers hold the
+// 64x128 fp32 S and O accumulators (64 + 64 registers per thread) plus P in 16-bit. setmaxnreg
+// moves registers between the warpgroups of one CTA only: the sum may not pass what the launch
+// gave the CTA (65536 / (threads x CTAs per SM), rounded down to 8, per thread), or the
+// consumers' increase waits forever.
+// Two consumers, one CTA per SM: 168 a thread at launch; 24 + 2 * 240 = 504 (fp8: 32 + 2 * 232,
+// as its producer's loop spilled at 24).
+// One consumer, two CTAs per SM: 128 at launch; 24 + 232 = 256.
 template <int kConsumers, KvFormat kKv = KvFormat::kNative>
 struct RoleConfig {
-  static constexpr bool kConverts = kKv != KvFormat::kNative;
+  static constexpr bool kWideProducer = kConsumers == 2 && kKv != KvFormat::kNative;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
-  static constexpr int kProducerRegisters = kConverts ? (kConsumers == 1 ? 40 : 56) : 24;
-  static constexpr int kConsumerRegisters = kConsumers == 1 ? (kConverts ? 216 : 232)
-                                                            : (kConverts ? 224 : 240);
+  static constexpr int kProducerRegisters = kWideProducer ? 32 : 24;
+  static constexpr int kConsumerRegisters = kConsumers == 1 ? 232 : (kWideProducer ? 232 : 240);
   static constexpr int kLaunchRegisters = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
                     (1 + kConsumers) * kLaunchRegisters,
@@ -144,10 +141,6 @@ struct SmemHeader {
   // Pacing (pacing.cuh): the producer's steps issued, for the pacer; the pacer's verdict.
   int32_t pacing_progress;
   int32_t pacing_boost;
-  // Converted formats (KvFormat::kFp8): the TMA bytes of a stage landed; k_full and v_full
-  // then complete when the converter threads have rewritten the stage.
-  uint64_t k_landed[kMaxStages];
-  uint64_t v_landed[kMaxStages];
 };
 
 // Warp planning's scratch (SmemLayout::warp_scratch): the guessed request's page-table row,

@@ -1,7 +1,5 @@
-// The converter threads of a converted K/V format (KvFormat::kFp8): warps 1-3 of the producer
-// warpgroup rewrite each stage, once its TMA bytes have landed, as q's dtype in the layout the
-// consumers read, then complete the stage's full barrier. The consumers' code is the same for
-// every format.
+// fp8 E4M3 K/V (KvFormat::kFp8) rewritten in shared memory as q's dtype in the layout the
+// native format lands in, so that the products are the native ones.
 //
 // fp8 E4M3 -> bf16 or fp16 is exact (E4M3's 4 exponent and 3 mantissa bits, subnormals
 // included, fit both), so the products see exactly the values of the contract's section 6; q is
@@ -9,13 +7,13 @@
 //
 // In place: the fp8 block (128 rows of 128 bytes, one 128B-swizzled box) lands in the upper
 // 16 KiB of the 32 KiB stage, which is where the converted block's second panel (head dims
-// 64-127) goes. One thread rewrites a whole row in dim order, 8 dims at a time: dims 0-63
-// become panel 0's row (the stage's lower half, free), dims 64-127 panel 1's, whose row
-// occupies the same 128 bytes as the fp8 row. Converted chunk c' of panel 1 (dims 64 + 8c' ..)
-// lands at swizzled position c' ^ (row % 8), where fp8 chunk c' (dims 16c' ..) sits; it is
+// 64-127) goes. A row rewritten in dim order, 8 dims at a time, needs nothing but its own bytes:
+// dims 0-63 become panel 0's row (the stage's lower half, free), dims 64-127 panel 1's, whose
+// row occupies the same 128 bytes as the fp8 row. Converted chunk c' of panel 1 (dims 64 + 8c'
+// ..) lands at swizzled position c' ^ (row % 8), where fp8 chunk c' (dims 16c' ..) sits; it is
 // written after dims 64 + 8c' .. + 7 are read, and 64 + 8c' >= 16c' + 15 for every c' <= 7, so
-// that fp8 chunk was read already. No thread touches another's row: the rewrite needs no
-// barrier.
+// that fp8 chunk was read already. The consumers convert (prefill_kernel's warpgroups, the
+// decode kernel's warps, each what it reads), between a stage's landing and their first read.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -32,35 +30,47 @@
 
 namespace flashmsa::sm90 {
 
-// Two E4M3 values (the low 16 bits, element 0 in the low byte) as a packed pair of Element,
-// element 0 in the low half. fp16: one conversion instruction; bf16 through fp32 (both steps
-// exact for E4M3 values).
-template <typename Element>
-__device__ __forceinline__ uint32_t convert_e4m3_pair(uint32_t two_e4m3) {
-  const __half2_raw half_pair =
+// Two E4M3 values (the low 16 bits of `two_e4m3`, element 0 in the low byte) as fp16, element
+// 0 in the low half: one conversion instruction.
+__device__ __forceinline__ uint32_t e4m3_pair_to_half2(uint32_t two_e4m3) {
+  const __half2_raw pair =
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_e4m3), __NV_E4M3);
-  if constexpr (std::is_same_v<Element, __half>) {
-    return static_cast<uint32_t>(half_pair.x) | (static_cast<uint32_t>(half_pair.y) << 16);
-  } else {
-    const float2 wide = __half22float2(__half2(half_pair));
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(wide.x, wide.y);
-    return *reinterpret_cast<const uint32_t*>(&pair);
-  }
+  return static_cast<uint32_t>(pair.x) | (static_cast<uint32_t>(pair.y) << 16);
+}
+
+// Bytes `low` and `high` of `four_e4m3` (selected by the byte permutation below) as bf16, in
+// integer instructions and one multiply: the conversion unit (16 results a clock per SM, two of
+// its instructions a value through fp16 and fp32) held fp8 prefill at half the bf16 speed.
+// An E4M3 byte s eeee mmm placed as s . eeee mmm 0000 in a 16-bit half is the bf16 of its value
+// times 2^-120 (the exponent biases are 7 and 127), subnormals included (bf16 subnormals); the
+// multiply by 2^120 is exact. The two NaN bytes (0x7f, 0xff) read as +-480.
+template <uint32_t kSelector>
+__device__ __forceinline__ uint32_t e4m3_pair_to_bfloat162(uint32_t four_e4m3) {
+  const uint32_t placed = __byte_perm(four_e4m3, 0u, kSelector);  // bytes [0, low, 0, high]
+  const uint32_t bits = ((placed >> 4) & 0x07f007f0u) | (placed & 0x80008000u);
+  __nv_bfloat162 scaled = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+  scaled = __hmul2(scaled, __nv_bfloat162(__float2bfloat16(0x1p120f), __float2bfloat16(0x1p120f)));
+  return *reinterpret_cast<const uint32_t*>(&scaled);
 }
 
 // Eight E4M3 values (two words, element 0 lowest) as one 16-byte chunk of Element.
 template <typename Element>
 __device__ __forceinline__ uint4 convert_e4m3_chunk(uint32_t low, uint32_t high) {
-  return make_uint4(convert_e4m3_pair<Element>(low & 0xffffu), convert_e4m3_pair<Element>(low >> 16),
-                    convert_e4m3_pair<Element>(high & 0xffffu),
-                    convert_e4m3_pair<Element>(high >> 16));
+  if constexpr (std::is_same_v<Element, __half>) {
+    return make_uint4(e4m3_pair_to_half2(low & 0xffffu), e4m3_pair_to_half2(low >> 16),
+                      e4m3_pair_to_half2(high & 0xffffu), e4m3_pair_to_half2(high >> 16));
+  } else {
+    constexpr uint32_t kBytes01 = 0x1404, kBytes23 = 0x3424;
+    return make_uint4(e4m3_pair_to_bfloat162<kBytes01>(low), e4m3_pair_to_bfloat162<kBytes23>(low),
+                      e4m3_pair_to_bfloat162<kBytes01>(high),
+                      e4m3_pair_to_bfloat162<kBytes23>(high));
+  }
 }
 
 // Row `row` of a landed fp8 stage, rewritten in place as Element (see the file comment), eight
 // dims (half an fp8 chunk, one converted chunk) a piece, kPiecesInFlight pieces unrolled so that
-// their loads overlap their conversions: 4 for the converter warps (what their registers hold),
-// all 16 for the decode kernel's consumer warps.
-template <typename Element, int kPiecesInFlight = 4>
+// their loads overlap their conversions.
+template <typename Element, int kPiecesInFlight = 16>
 __device__ __forceinline__ void convert_fp8_row(uint8_t* stage, int row) {
   const int swizzle = row % 8;
   const uint8_t* fp8_row = stage + kKvPanelBytes + row * 128;
@@ -74,37 +84,24 @@ __device__ __forceinline__ void convert_fp8_row(uint8_t* stage, int row) {
   }
 }
 
-// A stage's 128 rows over the 96 converter threads: `converter` takes row converter, and
-// converter + 96 where that exists. `first` rotates which threads take the second row, so that
-// K and V of a block load different warps.
-template <typename Element>
-__device__ __forceinline__ void convert_fp8_stage(uint8_t* stage, int converter, int first) {
-  int row = converter - first;
-  if (row < 0) row += kConverterThreads;
-  convert_fp8_row<Element>(stage, row);
-  if (row + kConverterThreads < kBlockKeys) convert_fp8_row<Element>(stage, row + kConverterThreads);
-}
-
-// Threads 32..127: K(i) then V(i) for each step of the slice, in the producer's ring order.
-// Each thread fences its own stores into the async proxy (wgmma reads them) before it arrives.
-template <typename Element, KvFormat kKv>
-__device__ inline void convert_stages(const AttentionParams& p, const Smem& smem,
-                                      const TilePlan& plan) {
-  static_assert(kKv == KvFormat::kFp8, "the converter handles fp8 K/V");
-  const int converter = threadIdx.x - 32;
-  const int num_stages = p.smem_layout.num_stages;
-  SmemHeader& header = smem.header();
-  const int steps = plan.slice_end - plan.slice_begin;
-  RingCursor ring;
-  for (int i = 0; i < steps; ++i, ring.advance(num_stages)) {
-    mbarrier_wait(&header.k_landed[ring.stage], ring.phase);
-    convert_fp8_stage<Element>(smem.k(ring.stage), converter, 0);
+// A block's landed fp8 K and V stages rewritten by the prefill kernel's consumer warpgroups,
+// which both read all of them (wgmma), a row a thread: one warpgroup rewrites K's rows then V's;
+// two split them, warpgroup 0 K, warpgroup 1 V. Then every writer fences its stores into the
+// async proxy (wgmma reads them) and the warpgroups meet at one barrier, after which both stages
+// are q's dtype in the native layout. Four pieces of a row in flight: the accumulators, live
+// across this, leave the consumers few registers.
+template <typename Element, int kConsumers>
+__device__ __forceinline__ void convert_block_by_consumers(uint8_t* k_stage, uint8_t* v_stage) {
+  const int thread = threadIdx.x - 128;  // 0 .. 128 * kConsumers - 1
+  if constexpr (kConsumers == 1) {
+    convert_fp8_row<Element, 4>(k_stage, thread);
+    convert_fp8_row<Element, 4>(v_stage, thread);
     fence_proxy_async_shared();
-    mbarrier_arrive(&header.k_full[ring.stage]);
-    mbarrier_wait(&header.v_landed[ring.stage], ring.phase);
-    convert_fp8_stage<Element>(smem.v(ring.stage), converter, 64);
+    named_barrier_sync(kConsumerBarrier, 128);
+  } else {
+    convert_fp8_row<Element, 4>(thread < 128 ? k_stage : v_stage, thread % 128);
     fence_proxy_async_shared();
-    mbarrier_arrive(&header.v_full[ring.stage]);
+    named_barrier_sync(kBothConsumersBarrier, 256);
   }
 }
 

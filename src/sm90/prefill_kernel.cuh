@@ -8,7 +8,6 @@
 #include "sm90/consumer.cuh"
 #include "sm90/decode_consumer.cuh"
 #include "sm90/kernel_traits.h"
-#include "sm90/kv_convert.cuh"
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
 #include "sm90/producer.cuh"
@@ -78,12 +77,12 @@ __device__ __forceinline__ TilePlan prepare_tile(const AttentionParams& params, 
   return plan;
 }
 
-// kKv: how K and V are stored (kernel_traits.h); converted formats rewrite each stage in warps
-// 1-3 of the producer warpgroup (kv_convert.cuh).
+// kKv: how K and V are stored (kernel_traits.h); the consumers rewrite converted formats'
+// stages (kv_convert.cuh).
 template <typename Element, bool kTemperatureLse, int kConsumers,
           KvFormat kKv = KvFormat::kNative>
-__global__ void __launch_bounds__(RoleConfig<kConsumers, kKv>::kThreads,
-                                  RoleConfig<kConsumers, kKv>::kCtasPerSm)
+__global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
+                                  RoleConfig<kConsumers>::kCtasPerSm)
     prefill_kernel(const __grid_constant__ AttentionParams params) {
   using Roles = RoleConfig<kConsumers, kKv>;
   extern __shared__ uint8_t shared_memory_raw[];
@@ -92,8 +91,7 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers, kKv>::kThreads,
 
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
-    init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true,
-                  Roles::kConverts);
+    init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true);
     smem.header().pacing_progress = 0;
     smem.header().pacing_boost = 0;
   } else if (threadIdx.x == 32) {
@@ -118,19 +116,16 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers, kKv>::kThreads,
     registers_decrease<Roles::kProducerRegisters>();
     if (threadIdx.x == 0) {
       produce<kConsumers == 2, kKv>(params, smem, plan, work.kv_head, speculative);
-    } else if constexpr (Roles::kConverts) {
-      if (threadIdx.x >= 32) convert_stages<Element, kKv>(params, smem, plan);
     } else if (kConsumers == 2 && threadIdx.x == 32 && params.pacing_slack > 0) {
       pace(params, smem.header(), plan.slice_end - plan.slice_begin);
     }
   } else {
     registers_increase<Roles::kConsumerRegisters>();
     if (kConsumers == 1 && runs_one_token_consumer(params, plan)) {
-      // The converter warps hand over stages in q's dtype, whatever kKv is.
-      consume_one_token<Element, kTemperatureLse>(params, smem, plan, work.kv_head,
+      consume_one_token<Element, kTemperatureLse, kKv>(params, smem, plan, work.kv_head,
                                                   work.head_chunk);
     } else {
-      consume<Element, kTemperatureLse, kConsumers>(params, smem, plan, work.kv_head,
+      consume<Element, kTemperatureLse, kConsumers, kKv>(params, smem, plan, work.kv_head,
                                                     work.head_chunk);
     }
   }

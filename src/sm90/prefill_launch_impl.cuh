@@ -12,7 +12,7 @@ cudaError_t launch_prefill_variant(const AttentionParams& params, dim3 grid, cud
   static thread_local int configured_device = -1;
   return launch_attention_kernel(prefill_kernel<Element, kTemperatureLse, kConsumers, kKv>,
                                  configured_device, params, grid,
-                                 RoleConfig<kConsumers, kKv>::kThreads, stream);
+                                 RoleConfig<kConsumers>::kThreads, stream);
 }
 
 // The query behind max_active_one_consumer_clusters (prefill_bf16.cu instantiates it for bf16

@@ -22,23 +22,16 @@ __device__ __forceinline__ Smem aligned_smem(uint8_t* raw, const SmemLayout& lay
 }
 
 // Thread 0 at kernel entry: the K and V rings' barriers (full: the producer's arrive plus the
-// TMA bytes, or for converted formats the converter threads' arrives after landed's bytes;
-// empty: every consumer thread's arrive), the speculative load's (kernels that speculate) and
-// the push reduction's receive barrier (its owner's own arrive plus the pushed bytes), then the
-// fence that publishes them to the cluster. No speculative load yet.
+// TMA bytes; empty: every consumer thread's arrive), the speculative load's (kernels that
+// speculate) and the push reduction's receive barrier (its owner's own arrive plus the pushed
+// bytes), then the fence that publishes them to the cluster. No speculative load yet.
 __device__ __forceinline__ void init_barriers(SmemHeader& header, int num_stages,
-                                              uint32_t consumer_threads, bool speculates,
-                                              bool converts = false) {
+                                              uint32_t consumer_threads, bool speculates) {
   for (int stage = 0; stage < num_stages; ++stage) {
-    const uint32_t full_arrivals = converts ? kConverterThreads : 1;
-    mbarrier_init(&header.k_full[stage], full_arrivals);
-    mbarrier_init(&header.v_full[stage], full_arrivals);
+    mbarrier_init(&header.k_full[stage], 1);
+    mbarrier_init(&header.v_full[stage], 1);
     mbarrier_init(&header.k_empty[stage], consumer_threads);
     mbarrier_init(&header.v_empty[stage], consumer_threads);
-    if (converts) {
-      mbarrier_init(&header.k_landed[stage], 1);
-      mbarrier_init(&header.v_landed[stage], 1);
-    }
   }
   if (speculates) {
     mbarrier_init(&header.speculative_k_full, 1);
@@ -129,26 +122,21 @@ __device__ __forceinline__ void wait_for_speculative_load(const Smem& smem) {
 // landing is forwarded to the stage-0 barriers (a plain arrive completes their phase), else the
 // block is loaded again. kMayPace (the two-consumer kernel): with p.pacing_slack > 0 the pacer
 // may exempt the CTA from the throttle (pacing.cuh); the one-token decode kernel compiles none
-// of it. kKv: the K/V format, whose bytes land on the rings' full barriers, or with kConverts
-// (prefill_kernel's converter warps, kv_convert.cuh) on their landed barriers; the launch plan
-// gives converted formats neither speculation nor pacing.
-template <bool kMayPace = false, KvFormat kKv = KvFormat::kNative,
-          bool kConverts = kKv != KvFormat::kNative>
+// of it. kKv: the K/V format (its box and bytes); the launch plan gives converted formats
+// neither speculation nor pacing.
+template <bool kMayPace = false, KvFormat kKv = KvFormat::kNative>
 __device__ inline void produce(const AttentionParams& p, const Smem& smem, const TilePlan& plan,
                                int kv_head, const SpeculativeLoad& speculative) {
   const int num_stages = p.smem_layout.num_stages;
   SmemHeader& header = smem.header();
-  auto landed = [&](bool value, int stage) {
-    if constexpr (kConverts) return value ? &header.v_landed[stage] : &header.k_landed[stage];
-    return value ? &header.v_full[stage] : &header.k_full[stage];
-  };
   // Step i of the slice loads union entry slice_begin + i into its ring slot (planning.cuh).
   auto load = [&](bool value, const RingCursor& slot, int32_t coord) {
     const int stage = slot.stage;
+    uint64_t* full = value ? &header.v_full[stage] : &header.k_full[stage];
     uint64_t* empty = value ? &header.v_empty[stage] : &header.k_empty[stage];
     mbarrier_wait(empty, slot.phase ^ 1);
-    load_operand<kKv>(p, value ? &p.tma_v : &p.tma_k, landed(value, stage),
-                      value ? smem.v(stage) : smem.k(stage), coord, kv_head);
+    load_operand<kKv>(p, value ? &p.tma_v : &p.tma_k, full, value ? smem.v(stage) : smem.k(stage),
+                      coord, kv_head);
   };
   const int steps = plan.slice_end - plan.slice_begin;
   int first_step = 0;
@@ -179,12 +167,12 @@ __device__ inline void produce(const AttentionParams& p, const Smem& smem, const
     const RingCursor last = ring.previous(num_stages);  // step i - 1's slot (i > 0)
     const bool throttled = i > 0 && !(paced && pacing_boosted(header));
     if (p.inflight_throttle >= 2 && throttled) {
-      mbarrier_wait(landed(true, last.stage), last.phase);
+      mbarrier_wait(&header.v_full[last.stage], last.phase);
     }
     load(false, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstKIssued);
     if (p.inflight_throttle >= 1 && throttled) {
-      mbarrier_wait(landed(false, last.stage), last.phase);
+      mbarrier_wait(&header.k_full[last.stage], last.phase);
     }
     load(true, ring, coord);
     FLASHMSA_MARK_IF_BY(i == first_step, 0, kMarkFirstIssued);
