@@ -153,6 +153,33 @@ TEST(LaunchPlan, PrefillIsTwoConsumerTilesOfEightTokensWithoutSplits) {
   EXPECT_EQ(plan.workspace.bytes, 0u);
 }
 
+// fp8 K/V take the same kernels and shapes as bf16, without the speculative first block (it
+// would land outside the rings' barriers) or pacing; everything else is bf16's plan.
+TEST(LaunchPlan, Fp8KvKeepsTheShapesWithoutSpeculationOrPacing) {
+  for (const Shape& shape : {kDecodeBatch1, kDecodeBatch16, kDecodeBatch64, kMtpBatch32,
+                             kPrefill32K}) {
+    flashmsa_args bf16 = args_of(shape);
+    flashmsa_args fp8 = bf16;
+    fp8.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
+    const LaunchPlan native = plan_launch(bf16, h200(), sm90::default_tuning());
+    const LaunchPlan plan = plan_launch(fp8, h200(), sm90::default_tuning());
+    SCOPED_TRACE(name(shape));
+    EXPECT_EQ(plan.decode_kernel, native.decode_kernel);
+    EXPECT_EQ(plan.num_consumer_warpgroups, native.num_consumer_warpgroups);
+    EXPECT_EQ(plan.tokens_per_tile, native.tokens_per_tile);
+    EXPECT_EQ(plan.num_splits, native.num_splits);
+    EXPECT_EQ(plan.cluster_reduce, native.cluster_reduce);
+    EXPECT_EQ(plan.smem.num_stages, native.smem.num_stages);
+    EXPECT_EQ(plan.inflight_throttle, native.inflight_throttle);
+    EXPECT_EQ(plan.grid_ctas, native.grid_ctas);
+    EXPECT_FALSE(plan.speculate_first_block);
+    EXPECT_EQ(plan.pacing_slack, 0);
+  }
+  // Pacing is bf16's multi-token prediction default, so the rule above is not vacuous.
+  EXPECT_EQ(plan_of(kMtpBatch32).pacing_slack, sm90::kPacingSlackZero);
+  EXPECT_TRUE(plan_of(kPrefill32K).speculate_first_block);
+}
+
 TEST(LaunchPlan, ShortPrefillSplitsThroughTheWorkspace) {
   // 64 tokens: 8 tiles x 4 KV heads = 32 units for 132 SMs, so four splits, merged by the merge
   // kernel from fp32 partials of every row.
