@@ -9,7 +9,9 @@
 #   2. GoogleTest         the C ABI and the CPU reference, without Python (CPU-only build in
 #                         build-test/, so CUDA is not compiled twice);
 #   3. pytest tests/python   the CPU suite, against the installed package;
-#   4. pytest tests/gpu      on a machine with a compute capability 9.0 GPU only.
+#   4. pytest tests/gpu      on a machine with a compute capability 9.0 GPU only;
+#   5. examples/          the decode-step CUDA-graph and chunked-prefill examples, against the
+#                         installed package: on the CPU always, on the GPU too where step 4 ran.
 #
 # Environment: PYTHON (default python3), JOBS (default nproc), BUILD_DIR (default build-test).
 set -euo pipefail
@@ -64,11 +66,23 @@ step "pytest tests/python (CPU)"
 "$PYTHON" -m pytest tests/python -q -p no:cacheprovider
 
 step "pytest tests/gpu"
+hopper=0
 if "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() and \
 torch.cuda.get_device_capability() == (9, 0) else 1)" 2>/dev/null; then
+  hopper=1
   "$PYTHON" -m pytest tests/gpu -q -p no:cacheprovider
 else
   echo "skipped: no GPU of compute capability 9.0 here"
 fi
+
+step "examples"
+devices=(cpu)
+[ "$hopper" -eq 0 ] || devices+=(cuda)
+for device in "${devices[@]}"; do
+  for example in examples/decode_step_graph.py examples/chunked_prefill.py; do
+    echo "-- $example --device $device"
+    "$PYTHON" "$example" --device "$device"
+  done
+done
 
 step "all tests passed"
