@@ -194,6 +194,66 @@ int flashmsa_has_cuda(void);
 /* FLASHMSA_ABI_VERSION of the library actually loaded. */
 int flashmsa_abi_version(void);
 
+/* Merging attention states (context parallelism: each device attends to its share of the keys,
+ * the results are merged). State i of a (row, head) is (out_i, lse_i) over a key set K_i, the
+ * K_i disjoint; the merge is the state over their union:
+ *   m = max_i lse_i;  w_i = exp(lse_i - m) (0 where lse_i = -inf);  lse = m + log(sum_i w_i);
+ *   out = sum_i (w_i / sum_i w_i) * out_i, accumulated in fp32 and rounded once to dtype.
+ * A (row, head) whose every lse_i is -inf read nothing: out = 0 exactly, lse = -inf. A state
+ * whose weight is 0 contributes nothing, whatever its out_i holds. lse_i = +inf or NaN is not a
+ * valid input (no finite state has it; the result is then undefined). */
+
+/* Element types of the partial and merged outputs: flashmsa_dtype's BF16 and FP16 values, and
+ * fp32, in which callers often keep partials that they merge. */
+typedef enum flashmsa_merge_dtype {
+  FLASHMSA_MERGE_DTYPE_BF16 = 0, /* = FLASHMSA_DTYPE_BF16 */
+  FLASHMSA_MERGE_DTYPE_FP16 = 1, /* = FLASHMSA_DTYPE_FP16 */
+  FLASHMSA_MERGE_DTYPE_FP32 = 4
+} flashmsa_merge_dtype;
+
+typedef struct flashmsa_merge_args {
+  /* Where the tensors live. CUDA is not implemented by this entry yet (the Python function
+   * merges CUDA tensors with torch operations): it returns FLASHMSA_ERROR_NOT_SUPPORTED. */
+  flashmsa_device device;
+  int32_t device_index;
+  void* stream; /* cudaStream_t for CUDA runs; NULL = legacy default stream. Ignored on CPU. */
+
+  /* Sizes: num_states >= 1, the others >= 0. */
+  int64_t num_states; /* N */
+  int64_t total_q;
+  int64_t num_heads;
+  int64_t head_dim;
+  flashmsa_merge_dtype dtype; /* of every partial out and of out */
+
+  /* Arrays of num_states entries, entry i describing state i. Partial out i:
+   * (total_q, num_heads, head_dim) in dtype, last dim contiguous, at partial_outs[i] with
+   * strides partial_out_stride_token[i], partial_out_stride_head[i]. Partial lse i:
+   * (total_q, num_heads) float32 at partial_lses[i] with strides partial_lse_stride_token[i],
+   * partial_lse_stride_head[i]. */
+  const void* const* partial_outs;
+  const int64_t* partial_out_stride_token;
+  const int64_t* partial_out_stride_head;
+  const float* const* partial_lses;
+  const int64_t* partial_lse_stride_token;
+  const int64_t* partial_lse_stride_head;
+
+  /* Outputs. out: (total_q, num_heads, head_dim) in dtype, last dim contiguous. lse:
+   * (total_q, num_heads) float32, NULL when not wanted. Either may be one of the partials
+   * itself (the same pointer and strides: a merge in place); any other overlap with an input
+   * is undefined. */
+  void* out;
+  int64_t out_stride_token, out_stride_head;
+  float* lse;
+  int64_t lse_stride_token, lse_stride_head;
+} flashmsa_merge_args;
+
+/* Fills every field with its neutral default (NULL pointers, zero sizes and strides, BF16, CPU
+ * device). */
+void flashmsa_merge_args_init(flashmsa_merge_args* args);
+
+/* Validates args, then merges the states into out and lse. CPU only for now (see device). */
+flashmsa_status flashmsa_merge_attention_states(const flashmsa_merge_args* args);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -268,3 +268,71 @@ def new_tuning(**overrides):
             raise ValueError(f"launch override {name!r}: expected one of {sorted(names)}")
         setattr(tuning, name, int(value))
     return tuning
+
+
+# ---------------------------------------------------------------------------------------------
+# flashmsa_merge_attention_states. Bound on first use rather than in library(), so that a
+# library built before the merge existed still runs attention and the merge alone says what to do.
+# ---------------------------------------------------------------------------------------------
+
+# flashmsa_merge_dtype
+MERGE_DTYPE_BF16 = 0
+MERGE_DTYPE_FP16 = 1
+MERGE_DTYPE_FP32 = 4
+
+
+class MergeArgs(ctypes.Structure):
+    """flashmsa_merge_args, field by field in the header's order
+    (tests/python/test_merge_attention_states.py compares every offset with the C compiler's)."""
+
+    _fields_ = [
+        ("device", _enum),
+        ("device_index", _i32),
+        ("stream", _ptr),
+        ("num_states", _i64),
+        ("total_q", _i64),
+        ("num_heads", _i64),
+        ("head_dim", _i64),
+        ("dtype", _enum),
+        ("partial_outs", ctypes.POINTER(_ptr)),
+        ("partial_out_stride_token", ctypes.POINTER(_i64)),
+        ("partial_out_stride_head", ctypes.POINTER(_i64)),
+        ("partial_lses", ctypes.POINTER(_ptr)),
+        ("partial_lse_stride_token", ctypes.POINTER(_i64)),
+        ("partial_lse_stride_head", ctypes.POINTER(_i64)),
+        ("out", _ptr),
+        ("out_stride_token", _i64),
+        ("out_stride_head", _i64),
+        ("lse", _ptr),
+        ("lse_stride_token", _i64),
+        ("lse_stride_head", _i64),
+    ]
+
+
+def merge_library():
+    """The loaded library with the merge's functions declared."""
+    lib = library()
+    if not hasattr(lib, "flashmsa_merge_attention_states"):
+        raise RuntimeError(f"flashmsa: {library_path()} has no flashmsa_merge_attention_states "
+                           "(built before the merge was added): rebuild the library")
+    merge_pointer = ctypes.POINTER(MergeArgs)
+    # Setting the same prototypes again from another thread is harmless.
+    lib.flashmsa_merge_args_init.argtypes = [merge_pointer]
+    lib.flashmsa_merge_args_init.restype = None
+    lib.flashmsa_merge_attention_states.argtypes = [merge_pointer]
+    lib.flashmsa_merge_attention_states.restype = _enum
+    return lib
+
+
+def new_merge_args():
+    """A flashmsa_merge_args filled with the library's defaults."""
+    args = MergeArgs()
+    merge_library().flashmsa_merge_args_init(ctypes.byref(args))
+    return args
+
+
+def merge_attention_states(args):
+    """The merge; the arrays args points at must stay alive until it returns."""
+    status = merge_library().flashmsa_merge_attention_states(ctypes.byref(args))
+    if status != OK:
+        _raise_for(status)

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "api/backends.h"
+#include "api/guarded.h"
 #include "api/validate.h"
 #include "common/error.h"
 #include "flashmsa/flashmsa.h"
@@ -143,3 +144,8 @@ FLASHMSA_API const char* flashmsa_last_error(void) { return flashmsa::last_error
 FLASHMSA_API int flashmsa_has_cuda(void) { return flashmsa::sm90_compiled() ? 1 : 0; }
 
 FLASHMSA_API int flashmsa_abi_version(void) { return FLASHMSA_ABI_VERSION; }
+
+// The guard above, for the entry points that live in other files of src/api/ (api/guarded.h).
+flashmsa_status flashmsa::run_guarded(const std::function<void()>& body) {
+  return guarded(body);
+}
