@@ -158,6 +158,20 @@ typedef struct flashmsa_args {
   flashmsa_nvfp4_scale_layout nvfp4_scale_layout;
   int64_t k_scale_stride_page, k_scale_stride_head;
   int64_t v_scale_stride_page, v_scale_stride_head;
+
+  /* FP8_E4M3 only: per-(KV head, token slot) float32 descales in memory of the run's device,
+   * NULL when not used (docs/contract.md section 6, this project's extension). Tensor
+   * (Hkv, slots), last dim contiguous, row h at k_token_scale + h * k_token_scale_stride_head
+   * (stride >= slots). The slot of paged (page p, token t) is p * 128 + t (slots >=
+   * num_pages * 128); of flat key row r it is r (slots >= total_k). A key is
+   * e4m3 * k_token_scale[h, slot] * k_global_scale; a value likewise with the v_ fields. Either
+   * may be NULL alone (its scale is then 1). CPU backend only in this release. */
+  const float* k_token_scale;
+  int64_t k_token_scale_stride_head;
+  int64_t k_token_scale_slots;
+  const float* v_token_scale;
+  int64_t v_token_scale_stride_head;
+  int64_t v_token_scale_slots;
 } flashmsa_args;
 
 /* Fills every field with its neutral default (NULL pointers, zero sizes, unit scales on the

@@ -114,6 +114,12 @@ class Args(ctypes.Structure):
         ("k_scale_stride_head", _i64),
         ("v_scale_stride_page", _i64),
         ("v_scale_stride_head", _i64),
+        ("k_token_scale", _ptr),
+        ("k_token_scale_stride_head", _i64),
+        ("k_token_scale_slots", _i64),
+        ("v_token_scale", _ptr),
+        ("v_token_scale_stride_head", _i64),
+        ("v_token_scale_slots", _i64),
     ]
 
 

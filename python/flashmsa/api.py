@@ -178,6 +178,35 @@ def _check_page_local_scales(k, v, k_scale, v_scale, head_dim):
         _check_page_and_head_strides(name, tensor)
 
 
+def _check_token_scales(k, k_scale, v_scale, paged, num_kv_heads, device):
+    """Per-token fp8 scales (docs/contract.md section 6, this project's extension): float32
+    (Hkv, num_slots) on q's device, last dim contiguous, at least one slot per cache token
+    (paged: num_pages * 128, slot p * 128 + t; flat: total_k, slot r). Either may be None."""
+    needed = k.shape[0] * BLOCK_SIZE if paged else k.shape[0]
+    slots_meaning = "k's num_pages * 128" if paged else "k's total_k"
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale is None:
+            continue
+        _check_device(name, scale, device)
+        if scale.dtype != torch.float32:
+            raise ValueError(f"{name} for float8_e4m3fn K/V must be float32 per-token scales "
+                             f"(num_kv_heads, num_slots), got dtype "
+                             f"{str(scale.dtype).replace('torch.', '')}")
+        _check_rank(name, scale, 2, "(num_kv_heads, num_slots) per-token scales for "
+                    "float8_e4m3fn K/V")
+        if scale.shape[0] != num_kv_heads:
+            raise ValueError(f"{name} must have num_kv_heads = {num_kv_heads} rows (dim 0), "
+                             f"got shape {tuple(scale.shape)}")
+        if scale.shape[1] < needed:
+            raise ValueError(f"{name} must have at least {slots_meaning} = {needed} token slots "
+                             f"(dim 1), got shape {tuple(scale.shape)}")
+        _check_last_dim_contiguous(name, scale)
+        # Rows of one head must not overlap the next (an expanded tensor would alias them).
+        if num_kv_heads > 1 and scale.stride(0) < scale.shape[1]:
+            raise ValueError(f"{name} must have a row stride (dim 0) of at least its "
+                             f"{scale.shape[1]} slots, got strides {tuple(scale.stride())}")
+
+
 def _validate(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k, k_scale,
               v_scale, q_offset, workspace, out):
     """Checks of section 8 on metadata only. Returns q_offset split for the op's schema:
@@ -297,10 +326,13 @@ def _validate(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, sequ
                     raise ValueError(f"{name} must hold at least ceil({rows} / 128) * 128 * "
                                      f"{head_dim // NVFP4_BLOCK} = {needed} bytes, "
                                      f"got {scale.numel()}")
+    elif k.dtype == torch.float8_e4m3fn:
+        _check_token_scales(k, k_scale, v_scale, paged, num_kv_heads, device)
     else:
         for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
             if scale is not None:
-                raise ValueError(f"{name} is only for NVFP4 (uint8) K/V; k is "
+                raise ValueError(f"{name} is only for NVFP4 (uint8) K/V (block scales) and "
+                                 "float8_e4m3fn K/V (per-token scales); k is "
                                  f"{str(k.dtype).replace('torch.', '')}: use k_global_scale / "
                                  "v_global_scale for per-tensor scales")
 
@@ -345,7 +377,12 @@ def msa_sparse_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, 
     place and returned. k_global_scale / v_global_scale are floats, or one-element float32
     tensors on q's device read in place (CUDA-graph replays use their current values). NVFP4
     k_scale / v_scale are the swizzled 128x4 bytes (1-D or 2-D) or, with paged K/V, page-local
-    (num_pages, Hkv, 128, D // 16) views.
+    (num_pages, Hkv, 128, D // 16) views. With float8_e4m3fn K/V, k_scale / v_scale (either or
+    both) are per-(KV head, token slot) float32 descales of shape (Hkv, num_slots), last dim
+    contiguous: the slot of paged (page p, token t) is p * 128 + t (num_slots >= num_pages *
+    128), of flat key row r it is r (num_slots >= total_k), and a key is
+    e4m3 * k_scale[h, slot] * k_global_scale (a value likewise). CPU tensors only for now: on
+    CUDA they raise NotImplementedError (fp8 there takes the global scales).
     """
     q_offset_value, q_offset_tensor = _validate(
         q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k, k_scale,
@@ -387,8 +424,9 @@ def msa_sparse_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, 
 # The custom op: what runs eagerly, and what torch.compile sees.
 # ---------------------------------------------------------------------------------------------
 
-def _check_supported(q, kv_dtype):
-    """What this build and device run (section 3): NotImplementedError otherwise."""
+def _check_supported(q, kv_dtype, has_token_scales=False):
+    """What this build and device run (section 3): NotImplementedError otherwise.
+    has_token_scales: fp8 K/V with per-token k_scale / v_scale."""
     if q.device.type == "cpu":
         return
     if not _lib.has_cuda():
@@ -405,6 +443,11 @@ def _check_supported(q, kv_dtype):
             "NVFP4 (uint8) K/V on the GPU are coming in a later release: on CUDA, k and v must be "
             f"bfloat16/float16 (q's dtype, {str(q.dtype).replace('torch.', '')}) or "
             "float8_e4m3fn")
+    if has_token_scales:
+        raise NotImplementedError(
+            "k_scale / v_scale as per-(KV head, token slot) fp8 scales run on the CPU backend "
+            "only in this release: on CUDA, float8_e4m3fn K/V take per-tensor scales, "
+            "k_global_scale / v_global_scale as floats or one-element float32 tensors")
 
 
 def supports_packed_kv(device):
@@ -469,7 +512,17 @@ def _fill_args(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seq
         args.cu_seqlens_k = cu_seqlens_k.data_ptr()
     args.k = k.data_ptr()
     args.v = v.data_ptr()
-    if k_scale is not None:
+    if k.dtype == torch.float8_e4m3fn:
+        # Per-token scales; the slot counts tell the library how far each row reaches.
+        if k_scale is not None:
+            args.k_token_scale = k_scale.data_ptr()
+            args.k_token_scale_stride_head = k_scale.stride(0)
+            args.k_token_scale_slots = k_scale.shape[1]
+        if v_scale is not None:
+            args.v_token_scale = v_scale.data_ptr()
+            args.v_token_scale_stride_head = v_scale.stride(0)
+            args.v_token_scale_slots = v_scale.shape[1]
+    elif k_scale is not None:
         args.k_scale, args.v_scale = k_scale.data_ptr(), v_scale.data_ptr()
         if k_scale.dim() == 4:  # page-local planes: their strides, not a table size
             args.nvfp4_scale_layout = _lib.NVFP4_SCALES_PAGE_LOCAL
@@ -527,8 +580,10 @@ def _msa_sparse_attention_op(
     tensor, when given, replaces its float (then 1) and is read by the backend in place.
     Arguments were validated by msa_sparse_attention; the library validates them again before
     any work."""
-    _check_supported(q, k.dtype)
-    if k_scale is not None:
+    fp8_token_scales = k.dtype == torch.float8_e4m3fn and (k_scale is not None
+                                                           or v_scale is not None)
+    _check_supported(q, k.dtype, fp8_token_scales)
+    if k.dtype == torch.uint8:  # NVFP4 block scales may come as float8_e4m3fn: read the bytes
         k_scale, v_scale = k_scale.view(torch.uint8), v_scale.view(torch.uint8)
     args = _fill_args(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k,
                       k_scale, v_scale, q_offset_tensor, q_offset_value, causal, softmax_scale,

@@ -1,6 +1,6 @@
 // Host-side validation of flashmsa_args. The checks run in the order of the struct's concerns
-// (device, dtypes, sizes, layout, pointers, scales, numerics, masking, outputs, workspace) so
-// that a call with several mistakes always reports the same, first one.
+// (device, dtypes, sizes, layout, pointers, block scales, token scales, numerics, masking,
+// outputs, workspace) so that a call with several mistakes always reports the same, first one.
 //
 // Pointers to tensors with no elements may be NULL (an empty torch tensor's data_ptr() is 0),
 // so "required" below means "required when the tensor has elements".
@@ -225,6 +225,51 @@ void validate_block_scales(const flashmsa_args& args) {
   if (args.v_scale_bytes < required) fail_field("v_scale_bytes", expected, args.v_scale_bytes);
 }
 
+// Slots a per-token scale row needs to cover the cache: one per (page, token in page) on the
+// paged path, one per key row on the flat path (contract section 6).
+int64_t token_scale_slots_required(const flashmsa_args& args) {
+  if (!args.is_paged) return args.total_k;
+  int64_t slots = 0;
+  if (__builtin_mul_overflow(args.num_pages, static_cast<int64_t>(kBlockSize), &slots)) {
+    fail_invalid("num_pages: the per-token scale slot count num_pages * 128 overflows int64");
+  }
+  return slots;
+}
+
+void validate_token_scale(const flashmsa_args& args, const float* scale, int64_t stride_head,
+                          int64_t slots, const char* field, const char* stride_field,
+                          const char* slots_field) {
+  if (scale == nullptr) return;
+  if (args.kv_dtype != FLASHMSA_DTYPE_FP8_E4M3) {
+    fail_invalid(std::string(field) + ": must be NULL unless kv_dtype is FP8_E4M3 (per-token " +
+                 "scales are for fp8 K/V; kv_dtype is " + dtype_name(raw_enum(args.kv_dtype)) +
+                 ")");
+  }
+  const int64_t required = token_scale_slots_required(args);
+  if (slots < required) {
+    fail_field(slots_field,
+               std::string("at least ") + std::to_string(required) +
+                   (args.is_paged ? " (num_pages * 128)" : " (total_k)"),
+               slots);
+  }
+  // Rows of a single-head cache are never stepped between, so their stride is free.
+  if (args.num_kv_heads > 1 && stride_head < slots) {
+    fail_field(stride_field, std::string("at least ") + slots_field + " (" +
+                                 std::to_string(slots) + ")",
+               stride_head);
+  }
+}
+
+// Per-(KV head, token slot) fp8 descales (contract section 6, this project's extension).
+void validate_token_scales(const flashmsa_args& args) {
+  validate_token_scale(args, args.k_token_scale, args.k_token_scale_stride_head,
+                       args.k_token_scale_slots, "k_token_scale", "k_token_scale_stride_head",
+                       "k_token_scale_slots");
+  validate_token_scale(args, args.v_token_scale, args.v_token_scale_stride_head,
+                       args.v_token_scale_slots, "v_token_scale", "v_token_scale_stride_head",
+                       "v_token_scale_slots");
+}
+
 // A global scale read from device memory replaces the float field, which must then be neutral:
 // a caller that set both would otherwise get one of them silently ignored.
 void require_unit_beside_device_scale(float value, const float* device_value, const char* field,
@@ -293,6 +338,7 @@ void validate_args(const flashmsa_args* args) {
   validate_layout(*args);
   validate_input_pointers(*args);
   validate_block_scales(*args);
+  validate_token_scales(*args);
   validate_numerics(*args);
   validate_masking(*args);
   validate_outputs(*args);

@@ -52,13 +52,17 @@ class KvReader {
         page_local_scales_(args.nvfp4_scale_layout == FLASHMSA_NVFP4_SCALES_PAGE_LOCAL),
         is_key_(is_key),
         scale_stride_page_(is_key ? args.k_scale_stride_page : args.v_scale_stride_page),
-        scale_stride_head_(is_key ? args.k_scale_stride_head : args.v_scale_stride_head) {}
+        scale_stride_head_(is_key ? args.k_scale_stride_head : args.v_scale_stride_head),
+        token_scale_(is_key ? args.k_token_scale : args.v_token_scale),
+        token_scale_stride_head_(is_key ? args.k_token_scale_stride_head
+                                        : args.v_token_scale_stride_head) {}
 
   // Row of flat K/V: `token` in [0, total_k). Page-local scales exist only on the paged path.
   void read_flat(int64_t token, int64_t head, float* out) const {
     const uint8_t* row = base_ + (token * stride_token_ + head * stride_head_) * element_bytes_;
     if (dtype_ != FLASHMSA_DTYPE_NVFP4) {
       decode_unscaled(row, out);
+      apply_token_scale(head, /*slot=*/token, out);
       return;
     }
     uint8_t scales[kNvfp4ScaleCols];
@@ -73,6 +77,7 @@ class KvReader {
                     element_bytes_;
     if (dtype_ != FLASHMSA_DTYPE_NVFP4) {
       decode_unscaled(row, out);
+      apply_token_scale(head, /*slot=*/page * kBlockSize + token_in_page, out);
       return;
     }
     uint8_t scales[kNvfp4ScaleCols];
@@ -101,6 +106,15 @@ class KvReader {
       scales[group] = plane[is_key_ ? nvfp4_page_local_key_scale_offset(token_in_page, group)
                                     : nvfp4_page_local_value_scale_offset(token_in_page, group)];
     }
+  }
+
+  // Per-token fp8 descales (validation admits them only for fp8): value = e4m3 * scale, the
+  // global scale applying later as on every path. Without them the row is left untouched, so
+  // that path stays bitwise what it was.
+  void apply_token_scale(int64_t head, int64_t slot, float* out) const {
+    if (token_scale_ == nullptr) return;
+    const float scale = token_scale_[head * token_scale_stride_head_ + slot];
+    for (int d = 0; d < kHeadDim; ++d) out[d] *= scale;
   }
 
   // bf16, fp16 and fp8 rows: each element converts on its own.
@@ -142,6 +156,8 @@ class KvReader {
   bool page_local_scales_;
   bool is_key_;  // page-local K and V scales are ordered differently
   int64_t scale_stride_page_, scale_stride_head_;
+  const float* token_scale_;  // (Hkv, slots) fp8 descales, NULL when not given
+  int64_t token_scale_stride_head_;
 };
 
 }  // namespace cpu

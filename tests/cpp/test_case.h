@@ -44,6 +44,8 @@ struct CaseOptions {
   int extra_q_rows = 0;         // rows of q past cu_seqlens_q[B]: in no request
   int extra_pages = 3;          // unused pages of the paged cache (filled with NaN where possible)
   int extra_table_columns = 1;  // page-table entries past every request's blocks (-1)
+  // fp8 only: per-(KV head, token slot) scales for K and V (contract section 6 extension).
+  bool token_scales = false;
   uint64_t seed = 1;
 };
 
@@ -78,6 +80,7 @@ class TestCase {
     make_keys_and_values();
     make_indices();
     make_paged_layout();
+    if (o_.token_scales) make_token_scales();
   }
 
   int total_q() const { return total_q_; }
@@ -155,6 +158,15 @@ class TestCase {
       a.k_scale_bytes = static_cast<int64_t>(k_scale.size());
       a.v_scale = v_scale.data();
       a.v_scale_bytes = static_cast<int64_t>(v_scale.size());
+    }
+    if (o_.token_scales) {
+      const std::vector<float>& k_scale = paged ? paged_k_token_scale_ : flat_k_token_scale_;
+      const std::vector<float>& v_scale = paged ? paged_v_token_scale_ : flat_v_token_scale_;
+      const int64_t slots = paged ? int64_t{num_pages_} * kBlock : total_k_;
+      a.k_token_scale = k_scale.data();
+      a.v_token_scale = v_scale.data();
+      a.k_token_scale_slots = a.v_token_scale_slots = slots;
+      a.k_token_scale_stride_head = a.v_token_scale_stride_head = slots + kTokenScalePadding;
     }
     a.causal = o_.causal ? 1 : 0;
     a.q_offset_mode = o_.q_offset_mode;
@@ -437,6 +449,41 @@ class TestCase {
     }
   }
 
+  // Per-token scales in [0.25, 2) for every (KV head, key), stored in the flat layout (slot =
+  // key row) and the paged one (slot = page * 128 + token, NaN in slots no key uses), rows
+  // padded apart so that the stride matters. The logical K/V take them on, so that expected()
+  // evaluates key = e4m3 * scale.
+  void make_token_scales() {
+    const int hkv = o_.num_kv_heads;
+    const int64_t flat_stride = total_k_ + kTokenScalePadding;
+    const int64_t paged_stride = int64_t{num_pages_} * kBlock + kTokenScalePadding;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    flat_k_token_scale_.assign(static_cast<size_t>(hkv * flat_stride), nan);
+    flat_v_token_scale_ = flat_k_token_scale_;
+    paged_k_token_scale_.assign(static_cast<size_t>(hkv * paged_stride), nan);
+    paged_v_token_scale_ = paged_k_token_scale_;
+    for (int b = 0; b < batch_; ++b) {
+      for (int c = 0; c < o_.k_lens[b]; ++c) {
+        const int64_t token = cu_k_[b] + c;
+        const int64_t slot = int64_t{page_table_entry(b, c / kBlock)} * kBlock + c % kBlock;
+        for (int h = 0; h < hkv; ++h) {
+          const float k_scale = static_cast<float>(0.25 + 1.75 * uniform(0, 1000) / 1001.0);
+          const float v_scale = static_cast<float>(0.25 + 1.75 * uniform(0, 1000) / 1001.0);
+          flat_k_token_scale_[h * flat_stride + token] = k_scale;
+          flat_v_token_scale_[h * flat_stride + token] = v_scale;
+          paged_k_token_scale_[h * paged_stride + slot] = k_scale;
+          paged_v_token_scale_[h * paged_stride + slot] = v_scale;
+          double* key = &k_[(static_cast<size_t>(token) * hkv + h) * kHeadDim];
+          double* value = &v_[(static_cast<size_t>(token) * hkv + h) * kHeadDim];
+          for (int d = 0; d < kHeadDim; ++d) {
+            key[d] *= k_scale;
+            value[d] *= v_scale;
+          }
+        }
+      }
+    }
+  }
+
   // Section 4 read literally: the keys of (request b, query i, KV head h), ascending.
   std::vector<int> visible_keys(int b, int i, int h, bool paged) const {
     const int row = cu_q_[b] + i;
@@ -503,6 +550,9 @@ class TestCase {
   std::vector<uint8_t> flat_kv_, paged_k_, paged_v_;
   std::vector<uint8_t> flat_k_scale_, flat_v_scale_, paged_k_scale_, paged_v_scale_;
   std::vector<uint8_t> page_local_k_scale_, page_local_v_scale_;
+  static constexpr int64_t kTokenScalePadding = 3;  // floats between per-token scale rows
+  std::vector<float> flat_k_token_scale_, flat_v_token_scale_;
+  std::vector<float> paged_k_token_scale_, paged_v_token_scale_;
   std::vector<uint16_t> out_;
   std::vector<float> lse_, lse_t_;
 };

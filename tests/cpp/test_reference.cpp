@@ -114,6 +114,18 @@ std::vector<NamedCase> reference_cases() {
   cases.push_back({"fp8_global_scales_group8", o});
 
   o = CaseOptions{};
+  o.q_lens = {7, 12};
+  o.k_lens = {700, 260};
+  o.num_qo_heads = 16;  // group 8
+  o.topk = 16;
+  o.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
+  o.token_scales = true;
+  o.k_global_scale = 0.7f;
+  o.v_global_scale = 1.3f;
+  o.seed = 12;
+  cases.push_back({"fp8_token_scales_global_scales", o});
+
+  o = CaseOptions{};
   o.q_lens = {8, 21};
   o.k_lens = {513, 200};
   o.q_dtype = FLASHMSA_DTYPE_FP16;

@@ -12,7 +12,8 @@ time, and never calls flashmsa:
   request from token_to_req_indices); row i sits at p = seq_lens[r] - n + i, kv_len =
   max(p + 1, 0) (0 for rows past query_start_loc[-1]); it reads the first
   min(topk, ceil(kv_len / 128)) entries, keys c < kv_len;
-- K / V: the cache's halves, fp8 converted exactly and times the scalar k_scale / v_scale;
+- K / V: the cache's halves, fp8 converted exactly and times the scalar k_scale / v_scale, or
+  times the per-(KV head, token slot) scale k_scale[h, block * 128 + t] of its slot;
   scores q . k * sm_scale, softmax, times V.
 
 Rows for which vLLM's result is undefined (outside every request in prefill, which its kernel
@@ -121,14 +122,19 @@ def _topk_view(idx, view, generator):
     raise ValueError(f"unknown topk_idx view {view!r}")
 
 
-def _scales(cache_dtype, scale):
-    """k_scale / v_scale as vLLM passes them: None, or one-element float32 tensors."""
+def _scales(cache_dtype, scale, num_pages=0, num_kv_heads=NUM_KV_HEADS, generator=None):
+    """k_scale / v_scale as vLLM passes them: None, one-element float32 tensors, or
+    (num_kv_heads, num_pages * 128) float32 per-(KV head, token slot) scales, drawn in
+    [0.25, 2) so that a scale taken from the wrong slot shows."""
     if scale == "none" or cache_dtype != torch.float8_e4m3fn:
         return None, None
     if scale == "scalar":
         return torch.tensor([FP8_K_SCALE]), torch.tensor([FP8_V_SCALE])
     if scale == "scalar_0d":
         return torch.tensor(FP8_K_SCALE), torch.tensor(FP8_V_SCALE)
+    if scale == "per_token":
+        shape = (num_kv_heads, num_pages * BLOCK)
+        return tuple(0.25 + 1.75 * torch.rand(shape, generator=generator) for _ in range(2))
     raise ValueError(f"unknown scale form {scale!r}")
 
 
@@ -170,7 +176,7 @@ def prefill_args(q_lens, prefix_lens, *, dtype=torch.bfloat16, cache_dtype=None,
     positions += [0] * padded_rows
     topk_idx = _topk_view(_indexer_rows(positions, tail, generator, num_kv_heads, topk),
                           topk_view, generator)
-    k_scale, v_scale = _scales(cache_dtype, scale)
+    k_scale, v_scale = _scales(cache_dtype, scale, num_pages, num_kv_heads, generator)
     args = dict(
         q=(torch.randn(total_q, num_heads, HEAD_DIM, generator=generator) / 3).to(dtype),
         kv_cache=_packed_cache(num_pages, num_kv_heads, cache_dtype, generator),
@@ -205,7 +211,7 @@ def decode_args(seq_lens, *, decode_query_len=1, query_lens=None, padded_rows=0,
     total_q = len(positions)
     topk_idx = _topk_view(_indexer_rows(positions, tail, generator, num_kv_heads, topk),
                           topk_view, generator)
-    k_scale, v_scale = _scales(cache_dtype, scale)
+    k_scale, v_scale = _scales(cache_dtype, scale, num_pages, num_kv_heads, generator)
     args = dict(
         q=(torch.randn(total_q, num_heads, HEAD_DIM, generator=generator) / 3).to(dtype),
         kv_cache=_packed_cache(num_pages, num_kv_heads, cache_dtype, generator),
@@ -228,11 +234,16 @@ def decode_args(seq_lens, *, decode_query_len=1, query_lens=None, padded_rows=0,
 
 def _cache_block(kv_cache, page, head, half, scale):
     """One cache block's K (half 0) or V (half 1) for one KV head, in fp64: fp8 converts
-    exactly, then times the scalar scale (vLLM's KV_SCALE_MODE 1); bf16 / fp16 caches take no
+    exactly, then times the scalar scale (vLLM's KV_SCALE_MODE 1) or each token's scale at its
+    slot page * 128 + t (per-token scales, (num_kv_heads, slots)); bf16 / fp16 caches take no
     scale, as in vLLM."""
     block = kv_cache[page, head, :, half * HEAD_DIM:(half + 1) * HEAD_DIM].to(torch.float64)
     if kv_cache.dtype == torch.float8_e4m3fn and scale is not None:
-        block = block * float(scale.reshape(()))
+        if scale.numel() == 1:
+            block = block * float(scale.reshape(()))
+        else:
+            slots = scale[head, page * BLOCK:(page + 1) * BLOCK].to(torch.float64)
+            block = block * slots[:, None]
     return block
 
 
@@ -528,23 +539,63 @@ def test_scalar_scales_are_read_from_their_tensors():
     check_decode(name + "-after-fill", args)
 
 
-@pytest.mark.parametrize("op_name", ["prefill", "decode"])
-def test_per_token_scales_raise_not_implemented(op_name):
-    name = f"{op_name}-per-token-scales"
-    builder = prefill_args if op_name == "prefill" else decode_args
-    shape_args = dict(q_lens=[4], prefix_lens=[100]) if op_name == "prefill" else dict(
-        seq_lens=[100, 300])
-    args = builder(**shape_args, cache_dtype=torch.float8_e4m3fn, seed=14)
-    slots = args["kv_cache"].shape[0] * BLOCK
-    args["k_scale"] = torch.ones(NUM_KV_HEADS, slots, device=args["q"].device)
-    args["v_scale"] = torch.ones(NUM_KV_HEADS, slots, device=args["q"].device)
-    op = (vllm_ops.minimax_m3_sparse_attn if op_name == "prefill"
-          else vllm_ops.minimax_m3_sparse_attn_decode)
-    output = torch.full(args["q"].shape, math.nan, dtype=args["q"].dtype)
-    with pytest.raises(NotImplementedError, match="k_scale") as raised:
-        op(**args, output=output)
-    assert "one-element" in str(raised.value), f"[{name}] the error does not say what works"
-    assert bool(output.isnan().all()), f"[{name}] output was written before the error"
+PER_TOKEN_PREFILL_CASES = [
+    ("per-token-scales-bf16", dict(q_lens=[40, 70], prefix_lens=[0, 1200], seed=14)),
+    ("per-token-scales-fp16", dict(q_lens=[9, 130], prefix_lens=[300, 0], dtype=torch.float16,
+                                   seed=15)),
+]
+PER_TOKEN_DECODE_CASES = [
+    ("per-token-scales", dict(seq_lens=[100, 900, 2000], seed=16)),
+    ("per-token-scales-ragged-fp16", dict(seq_lens=[40, 1000], query_lens=[2, 1],
+                                          padded_rows=1, dtype=torch.float16, seed=17)),
+]
+
+
+@pytest.mark.parametrize("case", PER_TOKEN_PREFILL_CASES, ids=case_id)
+def test_per_token_scales_prefill(case):
+    """(num_kv_heads, slots) k_scale / v_scale of an fp8 cache: each key and value times the
+    scale of its slot, block * 128 + token, as vLLM reads them."""
+    name, options = case
+    args = prefill_args(**options, cache_dtype=torch.float8_e4m3fn, scale="per_token")
+    check_prefill(name, args)
+
+
+@pytest.mark.parametrize("case", PER_TOKEN_DECODE_CASES, ids=case_id)
+def test_per_token_scales_decode(case):
+    name, options = case
+    args = decode_args(**options, cache_dtype=torch.float8_e4m3fn, scale="per_token")
+    check_decode(name, args)
+
+
+def test_per_token_scales_are_passed_in_place(monkeypatch):
+    """The per-token scales reach flashmsa as the caller's tensors (no copy of anything
+    cache-sized), as fp8 k_scale / v_scale."""
+    args = decode_args([300, 1000], cache_dtype=torch.float8_e4m3fn, scale="per_token",
+                       seed=18)
+    seen = {}
+    original = vllm_ops.msa_sparse_attention
+
+    def spy(*positional, **keywords):
+        seen.update(keywords)
+        return original(*positional, **keywords)
+
+    monkeypatch.setattr(vllm_ops, "msa_sparse_attention", spy)
+    check_decode("decode-per-token-scales-in-place", args)
+    assert seen["k_scale"] is args["k_scale"] and seen["v_scale"] is args["v_scale"]
+    assert "k_global_scale" not in seen and "v_global_scale" not in seen
+
+
+def test_per_token_scale_errors_name_the_argument():
+    args = decode_args([100, 300], cache_dtype=torch.float8_e4m3fn, scale="per_token", seed=19)
+    output = torch.empty_like(args["q"])
+    op = vllm_ops.minimax_m3_sparse_attn_decode
+    with pytest.raises(ValueError, match="k_scale.*float32"):
+        op(**dict(args, k_scale=args["k_scale"].double()), output=output)
+    with pytest.raises(ValueError, match="k_scale.*slots"):   # fewer slots than the cache
+        op(**dict(args, k_scale=args["k_scale"][:, :-1], v_scale=args["v_scale"][:, :-1]),
+           output=output)
+    with pytest.raises(ValueError, match="same shape"):
+        op(**dict(args, v_scale=args["v_scale"][:, :-1]), output=output)
 
 
 def test_scales_of_a_bf16_cache_are_ignored():

@@ -28,7 +28,10 @@ How they map onto `flashmsa.msa_sparse_attention` (shared/spec/msa_sparse_attent
   function as flashmsa's natural-base one;
 - fp8 caches: a one-element `k_scale` / `v_scale` tensor is passed, on the device, as
   `k_global_scale` / `v_global_scale`, so a CUDA graph replays with the value the tensor holds
-  at replay time.
+  at replay time. `(num_kv_heads, max_kv_tokens)` per-(KV head, token slot) scales, whose slot
+  `block * 128 + token in block` is flashmsa's per-token slot, are passed as they are as
+  flashmsa's fp8 `k_scale` / `v_scale` (CPU backend; the Hopper kernels raise
+  NotImplementedError for them until they support them).
 
 Nothing reads a device tensor on the host. The only per-call work besides the attention is on
 the small metadata, with device-side torch ops (no synchronisation, capturable in a CUDA graph):
@@ -123,16 +126,18 @@ def _device_scalar(tensor):
     return tensor.reshape(()).to(torch.float32)
 
 
-def _fp8_global_scales(kv_cache, k_scale, v_scale, num_kv_heads, device):
-    """vLLM's k_scale / v_scale as (k_global_scale, v_global_scale).
+def _fp8_scales(kv_cache, k_scale, v_scale, num_kv_heads, device):
+    """vLLM's k_scale / v_scale as msa_sparse_attention's scale arguments (a dict of them).
 
     As in vLLM, scales only apply to fp8 caches (a bf16 / fp16 cache ignores them), must be
     given together, and live on the output's device. A one-element tensor is one scale for the
-    whole cache; (num_kv_heads, max_kv_tokens) tensors are per-(KV head, token slot) scales, not
-    supported by flashmsa yet.
+    whole cache: k_global_scale / v_global_scale, on the device. (num_kv_heads, max_kv_tokens)
+    tensors are per-(KV head, token slot) scales, slot block * 128 + token in block, which is
+    flashmsa's per-token slot p * 128 + t: they are passed as they are, as fp8 k_scale /
+    v_scale (float32, last dim contiguous, at least num_blocks * 128 slots; flashmsa checks).
     """
     if kv_cache.dtype not in _VLLM_FP8_DTYPES or (k_scale is None and v_scale is None):
-        return None, None
+        return {}
     if k_scale is None or v_scale is None:
         raise ValueError("k_scale and v_scale must be both given or both None")
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
@@ -141,7 +146,8 @@ def _fp8_global_scales(kv_cache, k_scale, v_scale, num_kv_heads, device):
             raise ValueError(f"{name} is on {scale.device}, expected the device of output, "
                              f"{device}")
     if k_scale.numel() == 1 and v_scale.numel() == 1:
-        return _device_scalar(k_scale), _device_scalar(v_scale)
+        return dict(k_global_scale=_device_scalar(k_scale),
+                    v_global_scale=_device_scalar(v_scale))
     if k_scale.dim() == 2 and v_scale.dim() == 2:
         if k_scale.shape[0] != num_kv_heads or v_scale.shape[0] != num_kv_heads:
             raise ValueError(f"per-token k_scale / v_scale must have shape ({num_kv_heads}, "
@@ -150,10 +156,12 @@ def _fp8_global_scales(kv_cache, k_scale, v_scale, num_kv_heads, device):
         if k_scale.shape != v_scale.shape:
             raise ValueError(f"k_scale and v_scale must have the same shape, got "
                              f"{tuple(k_scale.shape)} and {tuple(v_scale.shape)}")
-        raise NotImplementedError(
-            f"k_scale / v_scale of shape {tuple(k_scale.shape)} (per-(KV head, token slot) fp8 "
-            "scales) are not supported yet: flashmsa takes one scale per cache for fp8, so pass "
-            "k_scale and v_scale as one-element tensors (or None); per-token scales are planned")
+        for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+            # Converting would copy a cache-sized tensor on every call.
+            if scale.dtype != torch.float32:
+                raise ValueError(f"per-token {name} must be float32, got "
+                                 f"{_dtype_name(scale.dtype)}")
+        return dict(k_scale=k_scale, v_scale=v_scale)
     raise ValueError("k_scale / v_scale must be one-element tensors or (num_kv_heads, "
                      f"max_kv_tokens) tensors, got shapes {tuple(k_scale.shape)} and "
                      f"{tuple(v_scale.shape)}")
@@ -256,7 +264,9 @@ def minimax_m3_sparse_attn(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq
         output: (total_q, num_heads, head_dim) in q's dtype, written in place and returned.
         k_scale, v_scale: for an fp8 cache, None (no scale) or one-element tensors on the
             output's device, the cache's dequantisation scales; ignored for a bf16/fp16 cache,
-            as in vLLM. (num_kv_heads, max_kv_tokens) per-token scales raise NotImplementedError.
+            as in vLLM; or (num_kv_heads, max_kv_tokens) float32 per-(KV head, token slot)
+            scales, slot = cache block * 128 + token in block, read in place (CPU only for
+            now: on CUDA they raise NotImplementedError).
         workspace (keyword only, not vLLM's): a flashmsa.MSASparseAttentionWorkspace.
 
     Follows vLLM: query i of request b reads, per KV head h, the keys c of the blocks in the
@@ -282,8 +292,7 @@ def minimax_m3_sparse_attn(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq
     device = q.device
     total_q = q.shape[0]
     k, v = _packed_cache_halves(kv_cache, q, num_kv_heads)
-    k_global_scale, v_global_scale = _fp8_global_scales(kv_cache, k_scale, v_scale,
-                                                        num_kv_heads, output.device)
+    scales = _fp8_scales(kv_cache, k_scale, v_scale, num_kv_heads, output.device)
     cu_seqlens_q = _int32_metadata("cu_seqlens_q", cu_seqlens_q, (None,), "(batch + 1,)", device)
     batch = cu_seqlens_q.shape[0] - 1
     if batch < 1:
@@ -298,8 +307,8 @@ def minimax_m3_sparse_attn(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq
     q2k_indices = _entries_vllm_reads(topk_idx, positions)
     return msa_sparse_attention(
         q, k, v, q2k_indices, cu_seqlens_q, causal=True, softmax_scale=float(sm_scale),
-        page_table=block_table, seqused_k=seq_lens, k_global_scale=k_global_scale,
-        v_global_scale=v_global_scale, q_offset=prefix_lens, workspace=workspace, out=output)
+        page_table=block_table, seqused_k=seq_lens, q_offset=prefix_lens, workspace=workspace,
+        out=output, **scales)
 
 
 @torch.no_grad()
@@ -346,8 +355,7 @@ def minimax_m3_sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, 
     device = q.device
     total_q = q.shape[0]
     k, v = _packed_cache_halves(kv_cache, q, num_kv_heads)
-    k_global_scale, v_global_scale = _fp8_global_scales(kv_cache, k_scale, v_scale,
-                                                        num_kv_heads, output.device)
+    scales = _fp8_scales(kv_cache, k_scale, v_scale, num_kv_heads, output.device)
     _require_tensor("seq_lens", seq_lens)
     if seq_lens.dim() != 1:
         raise ValueError(f"seq_lens must have shape (num_reqs,), got {tuple(seq_lens.shape)}")
@@ -387,5 +395,5 @@ def minimax_m3_sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, 
     # q_offset=None: flashmsa's end-aligned positions, seq_lens[r] - query_len[r] + i, are vLLM's.
     return msa_sparse_attention(
         q, k, v, q2k_indices, cu_seqlens_q, causal=True, softmax_scale=float(sm_scale),
-        page_table=block_table, seqused_k=seq_lens, k_global_scale=k_global_scale,
-        v_global_scale=v_global_scale, workspace=workspace, out=output)
+        page_table=block_table, seqused_k=seq_lens, workspace=workspace, out=output,
+        **scales)
