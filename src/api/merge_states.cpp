@@ -9,20 +9,17 @@
 #include <string.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <limits>
-#include <mutex>
 #include <sstream>
 #include <string>
-#include <system_error>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "api/guarded.h"
 #include "common/error.h"
 #include "common/float16.h"
+#include "cpu/parallel.h"
 #include "flashmsa/flashmsa.h"
 
 #define FLASHMSA_API extern "C" __attribute__((visibility("default")))
@@ -147,46 +144,25 @@ class MergeRun {
     const int64_t items = args_.total_q * args_.num_heads;  // validated not to overflow
     if (items == 0) return;
     const int64_t elements = items * std::max<int64_t>(args_.head_dim, 1) * args_.num_states;
-    const int64_t hardware =
-        std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
-    const int64_t threads = std::clamp<int64_t>(elements / kElementsPerThread, 1, hardware);
+    const int64_t threads =
+        std::clamp<int64_t>(elements / kElementsPerThread, 1, hardware_threads());
     // Rows are handed out in chunks so that threads do not share cache lines of out.
     const int64_t chunk = std::max<int64_t>(1, 256 / std::max<int64_t>(args_.num_heads, 1));
     const int64_t chunks = (args_.total_q + chunk - 1) / chunk;
-    std::atomic<int64_t> next_chunk{0};
-    std::exception_ptr failure;
-    std::mutex failure_mutex;
-    auto worker = [&] {
-      try {
-        std::vector<float> weights(static_cast<size_t>(args_.num_states));
-        std::vector<float> accumulator(static_cast<size_t>(args_.head_dim));
-        for (int64_t c = next_chunk++; c < chunks; c = next_chunk++) {
+    parallel_for(
+        chunks, threads,
+        [&] {
+          return std::make_pair(std::vector<float>(static_cast<size_t>(args_.num_states)),
+                                std::vector<float>(static_cast<size_t>(args_.head_dim)));
+        },
+        [&](int64_t c, std::pair<std::vector<float>, std::vector<float>>& buffers) {
           const int64_t end = std::min(args_.total_q, (c + 1) * chunk);
           for (int64_t row = c * chunk; row < end; ++row) {
             for (int64_t head = 0; head < args_.num_heads; ++head) {
-              merge_one(row, head, weights.data(), accumulator.data());
+              merge_one(row, head, buffers.first.data(), buffers.second.data());
             }
           }
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-        next_chunk = chunks;  // stop the other workers early
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int64_t t = 1; t < std::min(threads, chunks); ++t) {
-      // A thread that cannot be started only means fewer workers (chunks are shared out
-      // dynamically and no result depends on which thread computes it).
-      try {
-        pool.emplace_back(worker);
-      } catch (const std::system_error&) {
-        break;
-      }
-    }
-    worker();
-    for (std::thread& thread : pool) thread.join();
-    if (failure) std::rethrow_exception(failure);
+        });
   }
 
  private:

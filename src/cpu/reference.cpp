@@ -10,19 +10,15 @@
 #include <string.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <limits>
-#include <mutex>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "api/backends.h"
 #include "common/float16.h"
 #include "common/visibility.h"
 #include "cpu/kv_reader.h"
+#include "cpu/parallel.h"
 
 namespace flashmsa {
 namespace {
@@ -108,39 +104,14 @@ class ReferenceRun {
   void run() {
     const int64_t chunks = (args_.total_q + kRowsPerItem - 1) / kRowsPerItem;
     const int64_t items = chunks * args_.num_kv_heads;
-    if (items == 0) return;
-    const int64_t threads = std::min<int64_t>(
-        items, std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())));
-    std::atomic<int64_t> next_item{0};
-    std::exception_ptr failure;
-    std::mutex failure_mutex;
-    auto worker = [&] {
-      try {
-        Scratch scratch(group_size_);
-        for (int64_t item = next_item++; item < items; item = next_item++) {
+    parallel_for(
+        items, hardware_threads(), [&] { return Scratch(group_size_); },
+        [&](int64_t item, Scratch& scratch) {
           const int64_t kv_head = item % args_.num_kv_heads;
           const int64_t row_begin = (item / args_.num_kv_heads) * kRowsPerItem;
-          run_chunk(kv_head, row_begin, std::min(row_begin + kRowsPerItem, args_.total_q), scratch);
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-        next_item = items;  // stop the other workers early
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int64_t t = 1; t < threads; ++t) {
-      // A thread that cannot be started only means fewer workers: the items are shared out
-      // dynamically and each row's result does not depend on which thread computes it.
-      try {
-        pool.emplace_back(worker);
-      } catch (const std::system_error&) {
-        break;
-      }
-    }
-    worker();
-    for (std::thread& thread : pool) thread.join();
-    if (failure) std::rethrow_exception(failure);
+          run_chunk(kv_head, row_begin, std::min(row_begin + kRowsPerItem, args_.total_q),
+                    scratch);
+        });
   }
 
  private:

@@ -164,6 +164,7 @@ template <typename Element, bool kTemperatureLse, int kConsumers,
           KvFormat kKv = KvFormat::kNative>
 __device__ inline void consume(const AttentionParams& p, const Smem& smem, const TilePlan& plan,
                         int kv_head, int head_chunk) {
+  constexpr bool kConverts = kKv != KvFormat::kNative;
   const int warpgroup = threadIdx.x / 128 - 1;
   const int thread = threadIdx.x % 128;
   const int lane = thread % 32;
@@ -215,7 +216,6 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
       needed |= w < p.smem_layout.mask_words && (selected_by[w] & own_tokens[w]) != 0;
     }
     needed &= !share_rows || (u - plan.slice_begin) % 2 == warpgroup;
-    constexpr bool kConverts = kKv != KvFormat::kNative;
     mbarrier_wait(&smem.header().k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);

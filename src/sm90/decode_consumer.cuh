@@ -241,8 +241,8 @@ __device__ __forceinline__ RowPartial gather_row_partial(const WarpOutput& o,
   return partial;
 }
 
-// fp8 K/V converted by the consumer warps themselves (the decode kernel has no converter warps;
-// prefill_kernel's stages arrive converted). Each warp rewrites what it alone reads:
+// fp8 K/V converted by the consumer warps themselves (both kernels' one-token consumers), each
+// warp rewriting what it alone reads:
 // - K: warp w's 32 keys, lane l row 32w + l, in place (convert_fp8_row: a row is one lane's);
 // - V: warp w's 32 head dims of all 128 keys. Those dims' converted chunks overlap other
 //   warps' fp8 chunks, so every warp first loads its fp8 slice (fp8 chunks 2w, 2w + 1 of four

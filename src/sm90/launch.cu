@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "api/backends.h"
 #include "common/error.h"
@@ -260,38 +261,18 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
   return p;
 }
 
-// The decode kernel of the call's q dtype and K/V format.
-cudaError_t launch_decode_for(const flashmsa_args& args, const sm90::AttentionParams& params,
-                              dim3 grid, bool temperature_lse, cudaStream_t stream) {
+// launch(Element{}, KvFormat constant): the kernel instantiation of the call's q dtype and
+// K/V format.
+template <typename Launch>
+cudaError_t with_kernel_types(const flashmsa_args& args, Launch launch) {
   using sm90::KvFormat;
-  const bool bf16 = args.q_dtype == FLASHMSA_DTYPE_BF16;
-  if (args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3) {
-    return bf16 ? sm90::launch_decode<__nv_bfloat16, KvFormat::kFp8>(params, grid,
-                                                                     temperature_lse, stream)
-                : sm90::launch_decode<__half, KvFormat::kFp8>(params, grid, temperature_lse,
-                                                              stream);
+  using Fp8 = std::integral_constant<KvFormat, KvFormat::kFp8>;
+  using Native = std::integral_constant<KvFormat, KvFormat::kNative>;
+  const bool fp8 = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3;
+  if (args.q_dtype == FLASHMSA_DTYPE_BF16) {
+    return fp8 ? launch(__nv_bfloat16{}, Fp8{}) : launch(__nv_bfloat16{}, Native{});
   }
-  return bf16 ? sm90::launch_decode<__nv_bfloat16, KvFormat::kNative>(params, grid,
-                                                                      temperature_lse, stream)
-              : sm90::launch_decode<__half, KvFormat::kNative>(params, grid, temperature_lse,
-                                                               stream);
-}
-
-// The prefill kernel of the call's q dtype and K/V format.
-cudaError_t launch_prefill_for(const flashmsa_args& args, const sm90::AttentionParams& params,
-                               dim3 grid, bool temperature_lse, cudaStream_t stream) {
-  using sm90::KvFormat;
-  const bool bf16 = args.q_dtype == FLASHMSA_DTYPE_BF16;
-  if (args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3) {
-    return bf16 ? sm90::launch_prefill<__nv_bfloat16, KvFormat::kFp8>(params, grid,
-                                                                      temperature_lse, stream)
-                : sm90::launch_prefill<__half, KvFormat::kFp8>(params, grid, temperature_lse,
-                                                               stream);
-  }
-  return bf16 ? sm90::launch_prefill<__nv_bfloat16, KvFormat::kNative>(params, grid,
-                                                                       temperature_lse, stream)
-              : sm90::launch_prefill<__half, KvFormat::kNative>(params, grid, temperature_lse,
-                                                                stream);
+  return fp8 ? launch(__half{}, Fp8{}) : launch(__half{}, Native{});
 }
 
 }  // namespace
@@ -325,14 +306,15 @@ void run_sm90(const flashmsa_args& args, const sm90::LaunchPlan& plan) {
   const bool temperature_lse = args.lse_t != nullptr;
   cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
   const bool bf16 = args.q_dtype == FLASHMSA_DTYPE_BF16;
-  cudaError_t status;
-  if (plan.decode_kernel) {
-    status = launch_decode_for(args, params, grid, temperature_lse, stream);
-    check_cuda(status, "launching the sm90 decode kernel");
-  } else {
-    status = launch_prefill_for(args, params, grid, temperature_lse, stream);
-    check_cuda(status, "launching the sm90 prefill kernel");
-  }
+  cudaError_t status = with_kernel_types(args, [&](auto element, auto format) {
+    using Element = decltype(element);
+    constexpr sm90::KvFormat kKv = decltype(format)::value;
+    return plan.decode_kernel
+               ? sm90::launch_decode<Element, kKv>(params, grid, temperature_lse, stream)
+               : sm90::launch_prefill<Element, kKv>(params, grid, temperature_lse, stream);
+  });
+  check_cuda(status, plan.decode_kernel ? "launching the sm90 decode kernel"
+                                        : "launching the sm90 prefill kernel");
   if (!plan.merges_in_workspace()) return;
 
   sm90::MergeParams merge;

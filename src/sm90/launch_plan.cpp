@@ -301,7 +301,7 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   c.kv_l2_promotion = static_cast<L2Promotion>(tuned(tuning.l2_promotion, 0, 0, 2));
 
   c.warp_planning = warp_plan_kind(args, c, tuning);
-  // A speculative load lands outside the rings' barriers, where no converter waits for it.
+  // The speculative load (warp_planning.cuh) issues q's-dtype boxes: fp8 calls go without it.
   c.speculate_first_block = !converts_kv && tuned(tuning.speculate, 1, 0, 1) != 0;
   c.smem = smem_layout(args, c, tuning);
   // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).
@@ -315,7 +315,8 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   // with its slowest CTA): a CTA with more blocks left than the running CTAs' mean loads
   // unthrottled (batch 32 213.2 us against 215.2-215.7, 24 165.1 against 170.6, 16 114.9
   // against 118.4; slacks of -0.5 to -2 blocks were slower, +0.5 the same).
-  // The pacer is thread 32, a converter thread in converted formats.
+  // Measured for q's-dtype K/V only; fp8 calls go without it (the producer compiles none of
+  // it for them).
   c.pacing_slack = planned_throttle > 0 && !converts_kv
                        ? tuned(tuning.pace, kPacingSlackZero, 0, 17)
                        : 0;

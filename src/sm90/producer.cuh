@@ -61,7 +61,7 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
 }
 
 // One fp8 block of K or V: its 128-byte rows as one box into the stage's upper half, where the
-// converter threads find it (kv_convert.cuh). Maps as load_block's, of one-byte elements.
+// consumers rewrite it (kv_convert.cuh). Maps as load_block's, of one-byte elements.
 __device__ __forceinline__ void load_fp8_block(const CUtensorMap* map, uint64_t* barrier,
                                                uint8_t* stage, bool is_paged, int32_t coord,
                                                int32_t kv_head, uint64_t cache_hint) {
