@@ -99,6 +99,41 @@ __device__ __forceinline__ void warp_scores(uint32_t q_tile, uint32_t k_tile, in
   }
 }
 
+// warp_scores on a stage that holds fp8 K as landed (rows of 128 E4M3 bytes in the upper half,
+// 128B-swizzled), converted in registers on the way into the products: no rewrite of the stage.
+// Each k-step of 16 dims takes them in a permuted order, the same in A and B, so the dot
+// products are those of the natural order: lane (g, l) reads one word, dims 16 step + 4l .. + 3
+// of key g of each n-tile, whose pairs (4l, 4l + 1) and (4l + 2, 4l + 3) are its B fragment's
+// k = 2l, 2l + 1 and 2l + 8, 2l + 9; its A fragment holds Q's same dims of rows g and g + 8 (two
+// 8-byte reads of the swizzled Q buffer).
+template <typename Element>
+__device__ __forceinline__ void warp_scores_fp8(const uint8_t* q_tile, const uint8_t* k_stage,
+                                                int first_key, float (&s)[4 * kWarpScoreTiles]) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4, l = lane % 4;
+  const uint8_t* fp8_rows = k_stage + kKvPanelBytes;
+#pragma unroll
+  for (int i = 0; i < 4 * kWarpScoreTiles; ++i) s[i] = 0.f;
+#pragma unroll
+  for (int step = 0; step < kDimSteps; ++step) {
+    const int q_chunk = 2 * step + l / 2, q_byte = (l % 2) * 8;  // dims 16 step + 4l
+    const uint2 row_g = *reinterpret_cast<const uint2*>(
+        q_tile + swizzled_chunk_offset(g, q_chunk, kQPanelBytes) + q_byte);
+    const uint2 row_g8 = *reinterpret_cast<const uint2*>(
+        q_tile + swizzled_chunk_offset(g + 8, q_chunk, kQPanelBytes) + q_byte);
+    const uint32_t a[4] = {row_g.x, row_g8.x, row_g.y, row_g8.y};
+#pragma unroll
+    for (int tile = 0; tile < kWarpScoreTiles; ++tile) {
+      const int key = first_key + 8 * tile + g;
+      const uint32_t word = *reinterpret_cast<const uint32_t*>(
+          fp8_rows + key * 128 + ((step ^ (key % 8)) * 16) + 4 * l);
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[4 * tile]), a,
+                            convert_e4m3_word_half<Element, true>(word),
+                            convert_e4m3_word_half<Element, false>(word));
+    }
+  }
+}
+
 // Per-row values of the four warps, slots[row][warp]: this warp's values of the thread's two
 // rows in (the quad's first lane writes them); after a barrier, row_values reads all four.
 __device__ __forceinline__ void post_row_values(float4* slots, const float (&value)[2]) {
@@ -242,13 +277,13 @@ __device__ __forceinline__ RowPartial gather_row_partial(const WarpOutput& o,
 }
 
 // fp8 K/V converted by the consumer warps themselves (both kernels' one-token consumers), each
-// warp rewriting what it alone reads:
-// - K: warp w's 32 keys, lane l row 32w + l, in place (convert_fp8_row: a row is one lane's);
-// - V: warp w's 32 head dims of all 128 keys. Those dims' converted chunks overlap other
-//   warps' fp8 chunks, so every warp first loads its fp8 slice (fp8 chunks 2w, 2w + 1 of four
-//   rows a lane) into registers, and stores it converted only after the block's P barrier,
-//   which all four warps pass after their loads. Rows past the request's end are stored as
-//   zeros (0 * NaN is NaN; zero_warp_value_tail's job on converted stages).
+// warp what it alone reads:
+// - K: warp w's 32 keys, in registers on the way into the scores (warp_scores_fp8);
+// - V: warp w's 32 head dims of all 128 keys, rewritten in the stage. Those dims' converted
+//   chunks overlap other warps' fp8 chunks, so every warp first loads its fp8 slice (fp8 chunks
+//   2w, 2w + 1 of four rows a lane) into registers, and stores it converted only after the
+//   block's P barrier, which all four warps pass after their loads. Rows past the request's end
+//   are stored as zeros (0 * NaN is NaN; zero_warp_value_tail's job on converted stages).
 struct Fp8ValueSlice {
   uint4 chunk[4][2];  // [row lane + 32 r][fp8 chunk 2w + c]
 };
@@ -333,12 +368,12 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     mbarrier_wait(&header.k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
-    if constexpr (kKv == KvFormat::kFp8) {
-      convert_fp8_row<Element, 16>(smem.k(stage), first_key + lane);
-      __syncwarp();
-    }
     float s[4 * kWarpScoreTiles];
-    warp_scores<Element>(smem_address(smem.q(0)), smem_address(smem.k(stage)), first_key, s);
+    if constexpr (kKv == KvFormat::kFp8) {
+      warp_scores_fp8<Element>(smem.q(0), smem.k(stage), first_key, s);
+    } else {
+      warp_scores<Element>(smem_address(smem.q(0)), smem_address(smem.k(stage)), first_key, s);
+    }
     release_stage(&header.k_empty[stage]);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstScores);
 

@@ -53,6 +53,16 @@ __device__ __forceinline__ uint32_t e4m3_pair_to_bfloat162(uint32_t four_e4m3) {
   return *reinterpret_cast<const uint32_t*>(&scaled);
 }
 
+// Bytes 0 and 1 (kLow = true) or 2 and 3 of a word of four E4M3 values as a pair of Element.
+template <typename Element, bool kLow>
+__device__ __forceinline__ uint32_t convert_e4m3_word_half(uint32_t four_e4m3) {
+  if constexpr (std::is_same_v<Element, __half>) {
+    return e4m3_pair_to_half2(kLow ? (four_e4m3 & 0xffffu) : (four_e4m3 >> 16));
+  } else {
+    return e4m3_pair_to_bfloat162<kLow ? 0x1404u : 0x3424u>(four_e4m3);
+  }
+}
+
 // Eight E4M3 values (two words, element 0 lowest) as one 16-byte chunk of Element.
 template <typename Element>
 __device__ __forceinline__ uint4 convert_e4m3_chunk(uint32_t low, uint32_t high) {
