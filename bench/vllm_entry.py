@@ -14,11 +14,13 @@ Both calls read vLLM's paged packed cache (num_blocks, Hkv, 128, 2 * D) with a b
 entry point is given the cache, the direct call its two halves, the views the entry point makes.
 fp8 caches are float8_e4m3fn with one-element float32 k_scale / v_scale tensors (K and V halves
 each scaled from the same bf16 data), which the direct call gets as k_global_scale /
-v_global_scale. A make_q2k row lists min(topk, pos // 128 + 1) distinct visible blocks, then -1:
-the entries vLLM reads and no others, so the entry point's masked copy of the indices equals
-them and both calls run the kernel on the same arguments: the time between them
-is the entry point's own per-call device work (query positions, the index copy; for decode the
-cu_seqlens it builds), and their outputs must be bitwise equal. That is checked on every row,
+v_global_scale. "fp8/token" rows read the same fp8 cache with per-(KV head, token slot) scales
+instead, (Hkv, num_blocks * 128) float32 tensors (every slot holding the per-tensor scale, so
+the reference check is the fp8 row's), which both calls pass as k_scale / v_scale: the ratio of
+their direct time to the fp8 row's is the cost of per-token scales (target at most 1.05). The
+direct call passes causal_entry_limit=True, as the entry point does, so both run the kernel on
+the same arguments: the time between them is the entry point's own per-call device work, and
+their outputs must be bitwise equal. That is checked on every row,
 once, outside the timing, and the direct output is checked against flashmsa.reference on sampled
 rows. The exit status is 1 when a row's outputs differ, a check fails or a row errors; a ratio
 above the target is reported, not an error.
@@ -51,6 +53,7 @@ from .selection import BLOCK
 Q_DTYPE = torch.bfloat16
 SM_SCALE = HEAD_DIM ** -0.5     # MiniMax-M3's, as vLLM passes it
 TARGET_RATIO = 1.02             # entry point time / direct call time
+TOKEN_SCALE_TARGET = 1.05       # fp8 with per-token scales / fp8 with per-tensor ones
 GPU_HEADS = (64, 4, 16)         # Hq, Hkv, topk
 CPU_HEADS = (8, 2, 4)
 
@@ -110,11 +113,15 @@ class PackedCache(decode.PagedCache):
     v_scale; None for bf16), as vLLM's layers hold theirs. msa_k / msa_v are the halves, the
     views the entry point passes on."""
 
+    label = "bf16"
+    per_token = False   # k_scale / v_scale: per-(KV head, token slot) tensors, not one-element
+
     def __init__(self, num_pages: int, num_kv_heads: int, device: str,
                  kv_dtype: torch.dtype = Q_DTYPE, source: PackedCache | None = None):
         shape = (num_pages, num_kv_heads, BLOCK, 2 * HEAD_DIM)
         self.num_pages = num_pages
         self.k_scale = self.v_scale = None
+        self.label = common.dtype_name(kv_dtype)
         if kv_dtype == common.FP8:
             self.cache = torch.empty(shape, dtype=common.FP8, device=device)
             scales = []
@@ -132,6 +139,30 @@ class PackedCache(decode.PagedCache):
 
     def bytes(self) -> int:
         return self.cache.numel() * self.cache.element_size()
+
+    def with_token_scales(self) -> PackedCache:
+        """This fp8 cache (shared, not copied) with per-token scales: every slot of K's and V's
+        (Hkv, num_pages * 128) tables holds this cache's per-tensor scale."""
+        other = object.__new__(PackedCache)
+        other.__dict__.update(self.__dict__)
+        other.label, other.per_token = "fp8/token", True
+        slots = (self.cache.shape[1], self.num_pages * BLOCK)
+        other.global_k_scale, other.global_v_scale = self.k_scale, self.v_scale
+        other.k_scale = self.k_scale.expand(slots).contiguous()
+        other.v_scale = self.v_scale.expand(slots).contiguous()
+        return other
+
+    def scale_arguments(self) -> dict:
+        """The direct call's scale arguments."""
+        if self.per_token:
+            return dict(k_scale=self.k_scale, v_scale=self.v_scale)
+        return dict(k_global_scale=self.k_scale, v_global_scale=self.v_scale)
+
+    def reference_scale_arguments(self) -> dict:
+        """Scales for flashmsa.reference, which takes per-tensor ones: the same values."""
+        if self.per_token:
+            return dict(k_global_scale=self.global_k_scale, v_global_scale=self.global_v_scale)
+        return dict(k_global_scale=self.k_scale, v_global_scale=self.v_scale)
 
 
 def call_bytes(case: Case, heads, kv_dtype: torch.dtype) -> int:
@@ -171,8 +202,8 @@ def direct_call(flashmsa, case: Case, cache: PackedCache, s: dict, meta: Meta, h
     return flashmsa.msa_sparse_attention(
         s["q"], cache.msa_k, cache.msa_v, s["q2k"], meta.cu_q, None, causal=True,
         softmax_scale=SM_SCALE, page_table=s["table"], seqused_k=meta.seq_lens,
-        k_global_scale=cache.k_scale, v_global_scale=cache.v_scale,
-        q_offset=meta.prefix_lens if case.kind == "prefill" else None, out=out)
+        q_offset=meta.prefix_lens if case.kind == "prefill" else None, out=out,
+        causal_entry_limit=True, **cache.scale_arguments())
 
 
 def entry_call(ops, case: Case, cache: PackedCache, s: dict, meta: Meta, heads, out):
@@ -238,8 +269,8 @@ def run_row(flashmsa, ops, case, cache, sets, meta, heads, args, rounds):
     rel = common.sampled_error(flashmsa, outs["direct"], dict(
         q=s0["q"], k=cache.msa_k, v=cache.msa_v, q2k_indices=s0["q2k"], cu_seqlens_q=meta.cu_q,
         causal=True, softmax_scale=SM_SCALE, page_table=s0["table"], seqused_k=meta.seq_lens,
-        k_global_scale=cache.k_scale, v_global_scale=cache.v_scale,
-        q_offset=meta.prefix_lens if case.kind == "prefill" else None))
+        q_offset=meta.prefix_lens if case.kind == "prefill" else None,
+        **cache.reference_scale_arguments()))
     del outs
 
     fns = {"direct": [lambda s=s: direct_call(flashmsa, case, cache, s, meta, heads, s["out"])
@@ -321,11 +352,12 @@ def run(args) -> list:
     bf16 = PackedCache(num_pages, heads[1], device, Q_DTYPE)
     caches = [bf16 if d == Q_DTYPE else PackedCache(num_pages, heads[1], device, d, source=bf16)
               for d in kv_dtypes]
+    caches += [c.with_token_scales() for c in caches if c.kv_dtype == common.FP8]
     del bf16   # freed when the run is fp8 only
     common.free_memory(device)
     print(f"packed cache: {num_pages} blocks, "
-          + ", ".join(f"{common.dtype_name(c.kv_dtype)} {c.bytes() / 2**30:.2f} GiB"
-                      for c in caches)
+          + ", ".join(f"{c.label} {c.bytes() / 2**30:.2f} GiB" for c in caches
+                      if not c.per_token)
           + f"; heads Hq {heads[0]} Hkv {heads[1]} topk {heads[2]}; {rounds} rounds of "
           f"{args.reps} reps per call", flush=True)
 
@@ -341,7 +373,7 @@ def run(args) -> list:
         # One set of inputs for both dtypes: the caches differ, q, indices and tables do not.
         sets = make_sets(flashmsa, case, caches[0], heads, n_sets, device, seed)
         for cache in caches:
-            kv = common.dtype_name(cache.kv_dtype)
+            kv = cache.label
             r = {"case": case.name, "kind": case.kind, "batch": len(case.q_lens),
                  "q_tokens": sum(case.q_lens), "qlen_max": max(case.q_lens),
                  "kv_max": max(case.kv_lens), "prefix_max": max(case.prefix_lens),
@@ -370,6 +402,9 @@ def run(args) -> list:
                           else "CUDA-graph replays, medians)"))
     s = summary(rows)
     print(f"bitwise equal outputs: {s['bitwise_equal']} of {s['rows']} rows")
+    for case, cost in s["token_scale_cost"].items():
+        print(f"per-token fp8 scales, direct call time over the fp8 row's: {case} {cost:.4f}"
+              + ("" if cpu else (" (within 5%)" if cost <= TOKEN_SCALE_TARGET else " (OVER 5%)")))
     if s["within_2pct"] is not None:
         print(f"entry points within 2% of the direct call: {s['within_2pct']} of {s['timed']} "
               f"rows; worst ratio {s['worst_ratio']:.4f} ({s['worst_row']})")
@@ -391,7 +426,10 @@ def summary(rows: list) -> dict:
     timed = [r for r in rows if "ratio" in r]
     judged = [r for r in timed if r["within_2pct"] is not None]
     worst = max(timed, key=lambda r: r["ratio"], default=None)
-    return {"rows": len(rows), "bitwise_equal": sum(r.get("bitwise_equal") is True for r in rows),
+    direct = {(r["case"], r["kv_dtype"]): r["direct_us"] for r in timed}
+    token_cost = {case: us / direct[(case, "fp8")] for (case, kv), us in direct.items()
+                  if kv == "fp8/token" and (case, "fp8") in direct}
+    return {"token_scale_cost": token_cost,"rows": len(rows), "bitwise_equal": sum(r.get("bitwise_equal") is True for r in rows),
             "timed": len(timed),
             "within_2pct": sum(r["within_2pct"] for r in judged) if judged else None,
             "worst_ratio": worst["ratio"] if worst else None,

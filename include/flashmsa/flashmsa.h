@@ -165,13 +165,19 @@ typedef struct flashmsa_args {
    * (stride >= slots). The slot of paged (page p, token t) is p * 128 + t (slots >=
    * num_pages * 128); of flat key row r it is r (slots >= total_k). A key is
    * e4m3 * k_token_scale[h, slot] * k_global_scale; a value likewise with the v_ fields. Either
-   * may be NULL alone (its scale is then 1). CPU backend only in this release. */
+   * may be NULL alone (its scale is then 1). */
   const float* k_token_scale;
   int64_t k_token_scale_stride_head;
   int64_t k_token_scale_slots;
   const float* v_token_scale;
   int64_t v_token_scale_stride_head;
   int64_t v_token_scale_slots;
+
+  /* 1: the causal entry limit (this project's extension; the rule of vLLM's MiniMax-M3
+   * kernels): a query at causal position p reads only the entries c of its index row with
+   * c * 128 <= p, the first min(topk, p / 128 + 1), and none when p < 0; rule 1 (the first
+   * negative entry) still ends a row earlier. Requires causal = 1. 0 (default): every entry. */
+  int32_t causal_entry_limit;
 } flashmsa_args;
 
 /* Fills every field with its neutral default (NULL pointers, zero sizes, unit scales on the

@@ -120,6 +120,7 @@ class Args(ctypes.Structure):
         ("v_token_scale", _ptr),
         ("v_token_scale_stride_head", _i64),
         ("v_token_scale_slots", _i64),
+        ("causal_entry_limit", ctypes.c_int32),
     ]
 
 

@@ -364,7 +364,7 @@ def msa_sparse_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, 
                          return_softmax_lse=False, k_scale=None, v_scale=None,
                          k_global_scale=None, v_global_scale=None, q_offset=None,
                          return_temperature_lse=False, lse_temperature_scale=1.0,
-                         workspace=None, *, out=None):
+                         workspace=None, *, out=None, causal_entry_limit=False):
     """MiniMax Sparse Attention forward (shared/spec/msa_sparse_attention.md).
 
     Each query row reads, per KV head, the keys of the 128-token blocks that
@@ -381,9 +381,16 @@ def msa_sparse_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, 
     both) are per-(KV head, token slot) float32 descales of shape (Hkv, num_slots), last dim
     contiguous: the slot of paged (page p, token t) is p * 128 + t (num_slots >= num_pages *
     128), of flat key row r it is r (num_slots >= total_k), and a key is
-    e4m3 * k_scale[h, slot] * k_global_scale (a value likewise). CPU tensors only for now: on
-    CUDA they raise NotImplementedError (fp8 there takes the global scales).
+    e4m3 * k_scale[h, slot] * k_global_scale (a value likewise), on q's device.
+
+    causal_entry_limit (keyword only, this project's extension; the rule of vLLM's MiniMax-M3
+    kernels): with causal, a query at position p reads only the entries c of its index row
+    with c * 128 <= p, the first min(topk, p // 128 + 1), whatever the later ones hold (and none
+    when p < 0); the first negative entry still ends a row earlier.
     """
+    if causal_entry_limit and not causal:
+        raise ValueError("causal_entry_limit needs causal=True (the limit follows causal "
+                         "positions)")
     q_offset_value, q_offset_tensor = _validate(
         q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k, k_scale,
         v_scale, q_offset, workspace, out)
@@ -411,7 +418,7 @@ def msa_sparse_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, 
         k_scale, v_scale, q_offset_tensor, q_offset_value, bool(causal), scale,
         k_scale_global, v_scale_global, temperature,
         workspace.id if workspace is not None else 0, out, lse, lse_t,
-        k_scale_global_tensor, v_scale_global_tensor)
+        k_scale_global_tensor, v_scale_global_tensor, bool(causal_entry_limit))
 
     if return_temperature_lse:
         return out, lse, lse_t
@@ -424,9 +431,8 @@ def msa_sparse_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, 
 # The custom op: what runs eagerly, and what torch.compile sees.
 # ---------------------------------------------------------------------------------------------
 
-def _check_supported(q, kv_dtype, has_token_scales=False):
-    """What this build and device run (section 3): NotImplementedError otherwise.
-    has_token_scales: fp8 K/V with per-token k_scale / v_scale."""
+def _check_supported(q, kv_dtype):
+    """What this build and device run (section 3): NotImplementedError otherwise."""
     if q.device.type == "cpu":
         return
     if not _lib.has_cuda():
@@ -443,11 +449,6 @@ def _check_supported(q, kv_dtype, has_token_scales=False):
             "NVFP4 (uint8) K/V on the GPU are coming in a later release: on CUDA, k and v must be "
             f"bfloat16/float16 (q's dtype, {str(q.dtype).replace('torch.', '')}) or "
             "float8_e4m3fn")
-    if has_token_scales:
-        raise NotImplementedError(
-            "k_scale / v_scale as per-(KV head, token slot) fp8 scales run on the CPU backend "
-            "only in this release: on CUDA, float8_e4m3fn K/V take per-tensor scales, "
-            "k_global_scale / v_global_scale as floats or one-element float32 tensors")
 
 
 def supports_packed_kv(device):
@@ -476,7 +477,7 @@ def _pointer(tensor):
 def _fill_args(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k,
                k_scale, v_scale, q_offset_tensor, q_offset_value, causal, softmax_scale,
                k_global_scale, v_global_scale, lse_temperature_scale, out, lse, lse_t,
-               k_global_scale_tensor, v_global_scale_tensor):
+               k_global_scale_tensor, v_global_scale_tensor, causal_entry_limit=False):
     """The flashmsa_args of one call. Strides are in elements of each tensor's storage type
     (bytes for fp8 and packed NVFP4)."""
     args = _lib.new_args()
@@ -537,6 +538,7 @@ def _fill_args(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seq
     args.cu_seqlens_q = cu_seqlens_q.data_ptr()
 
     args.causal = int(causal)
+    args.causal_entry_limit = int(causal_entry_limit)
     if q_offset_tensor is not None:
         args.q_offset_mode = _lib.Q_OFFSET_PER_REQUEST
         args.q_offset_per_request = q_offset_tensor.data_ptr()
@@ -575,20 +577,19 @@ def _msa_sparse_attention_op(
         lse_temperature_scale: float, workspace_id: int, out: torch.Tensor,
         lse: Optional[torch.Tensor], lse_t: Optional[torch.Tensor],
         k_global_scale_tensor: Optional[torch.Tensor] = None,
-        v_global_scale_tensor: Optional[torch.Tensor] = None) -> None:
+        v_global_scale_tensor: Optional[torch.Tensor] = None,
+        causal_entry_limit: bool = False) -> None:
     """Writes out (and lse, lse_t when given). workspace_id 0 = no workspace. A global-scale
     tensor, when given, replaces its float (then 1) and is read by the backend in place.
     Arguments were validated by msa_sparse_attention; the library validates them again before
     any work."""
-    fp8_token_scales = k.dtype == torch.float8_e4m3fn and (k_scale is not None
-                                                           or v_scale is not None)
-    _check_supported(q, k.dtype, fp8_token_scales)
+    _check_supported(q, k.dtype)
     if k.dtype == torch.uint8:  # NVFP4 block scales may come as float8_e4m3fn: read the bytes
         k_scale, v_scale = k_scale.view(torch.uint8), v_scale.view(torch.uint8)
     args = _fill_args(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k,
                       k_scale, v_scale, q_offset_tensor, q_offset_value, causal, softmax_scale,
                       k_global_scale, v_global_scale, lse_temperature_scale, out, lse, lse_t,
-                      k_global_scale_tensor, v_global_scale_tensor)
+                      k_global_scale_tensor, v_global_scale_tensor, causal_entry_limit)
     workspace = find_workspace(workspace_id)
     if workspace is not None:
         # The buffer it holds already; it grows (never during capture) if the call needs more.
@@ -607,6 +608,7 @@ def _msa_sparse_attention_fake(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k,
                                seqused_k, k_scale, v_scale, q_offset_tensor, q_offset_value,
                                causal, softmax_scale, k_global_scale, v_global_scale,
                                lse_temperature_scale, workspace_id, out, lse, lse_t,
-                               k_global_scale_tensor=None, v_global_scale_tensor=None):
+                               k_global_scale_tensor=None, v_global_scale_tensor=None,
+                               causal_entry_limit=False):
     # The op only writes its output arguments; there is nothing to allocate.
     return None

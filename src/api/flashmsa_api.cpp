@@ -47,23 +47,10 @@ void require_cuda_build() {
   }
 }
 
-// Valid arguments the Hopper kernels do not implement yet. Checked here, before the build is
-// asked about, so that the refusal names the argument on every build.
-void refuse_what_the_cuda_kernels_lack(const flashmsa_args& args) {
-  if (args.k_token_scale != nullptr || args.v_token_scale != nullptr) {
-    fail_not_supported(
-        "k_token_scale/v_token_scale: per-(KV head, token slot) fp8 scales run on the CPU "
-        "backend only in this release; the CUDA kernels take fp8 K/V with per-tensor scales "
-        "(k_global_scale / v_global_scale, as floats or k_global_scale_device / "
-        "v_global_scale_device)");
-  }
-}
-
 // What every entry point does first: the arguments, then (CUDA) the launch plan, once each.
 sm90::LaunchPlan validate_and_plan(const flashmsa_args* args, const flashmsa_tuning* tuning) {
   validate_args(args);
   if (args->device == FLASHMSA_DEVICE_CPU) return sm90::LaunchPlan{};
-  refuse_what_the_cuda_kernels_lack(*args);
   require_cuda_build();
   return plan_sm90(*args, tuning != nullptr ? *tuning : sm90::default_tuning());
 }

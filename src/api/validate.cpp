@@ -295,6 +295,10 @@ void validate_numerics(const flashmsa_args& args) {
 
 void validate_masking(const flashmsa_args& args) {
   require_flag(args.causal, "causal");
+  require_flag(args.causal_entry_limit, "causal_entry_limit");
+  if (args.causal_entry_limit && !args.causal) {
+    fail_invalid("causal_entry_limit: needs causal = 1 (the limit follows causal positions)");
+  }
   const int mode = raw_enum(args.q_offset_mode);
   if (mode < FLASHMSA_Q_OFFSET_END_ALIGNED || mode > FLASHMSA_Q_OFFSET_PER_REQUEST) {
     fail_field("q_offset_mode", "END_ALIGNED (0), SCALAR (1) or PER_REQUEST (2)", mode);

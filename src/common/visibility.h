@@ -85,6 +85,17 @@ FLASHMSA_HOST_DEVICE int64_t key_limit(bool causal, int64_t pos, int64_t seqlen_
   return pos < seqlen_k ? pos + 1 : seqlen_k;  // no pos + 1 overflow for huge positions
 }
 
+// How many leading entries of its index row a query at causal position `pos` may read: all
+// topk, or with the causal entry limit (this project's extension, the rule of vLLM's MiniMax-M3
+// kernels) only the entries c with c * 128 <= pos, min(topk, pos / 128 + 1), and none at a
+// negative position. Rule 1 (the first negative entry) may end the row earlier.
+FLASHMSA_HOST_DEVICE int32_t entries_read(bool causal_entry_limit, int64_t pos, int32_t topk) {
+  if (!causal_entry_limit) return topk;
+  if (pos < 0) return 0;
+  const int64_t reach = pos / kBlockSize + 1;
+  return reach < topk ? static_cast<int32_t>(reach) : topk;
+}
+
 // Whether block id `block` (already past the first-negative cut) selects anything for a query
 // whose readable keys are [0, limit). Covers rule 2 of section 4 (ids past the request's blocks
 // or past the page table) and drops blocks wholly beyond the causal limit, which read nothing.

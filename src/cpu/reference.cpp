@@ -168,7 +168,8 @@ class ReferenceRun {
     }
   }
 
-  // Builds `selection` for `row` of `request` (rules 1-3 of section 4 plus the causal limit).
+  // Builds `selection` for `row` of `request` (rules 1-3 of section 4 plus the causal limit, and
+  // the causal entry limit when asked for).
   void select_blocks(int64_t kv_head, int64_t request_index, int64_t row,
                      RowSelection& selection) const {
     const Request& request = requests_[request_index];
@@ -179,7 +180,8 @@ class ReferenceRun {
     selection.cursor = 0;
     const int32_t* indices =
         args_.q2k_indices + kv_head * args_.idx_stride_head + row * args_.idx_stride_token;
-    for (int64_t slot = 0; slot < args_.topk; ++slot) {
+    const int32_t entries = entries_read(args_.causal_entry_limit != 0, position, args_.topk);
+    for (int64_t slot = 0; slot < entries; ++slot) {
       const int32_t block = indices[slot * args_.idx_stride_topk];
       if (block < 0) break;  // the first negative entry ends the list
       if (!block_selects_keys(block, selection.key_limit, paged_, max_pages_)) {

@@ -17,6 +17,7 @@
 #include "sm90/softmax.cuh"
 #include "sm90/split_combine.cuh"
 #include "sm90/timeline.cuh"
+#include "sm90/token_scales.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -195,6 +196,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
 
   uint8_t* q_smem = smem.q(warpgroup);
   const GlobalScales scales = global_scales(p);
+  const TokenScaleRows token_scales = token_scale_rows(p, kv_head);
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
   Accumulator o;
@@ -258,8 +260,25 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     uint32_t probabilities[32];
     if (warp_reads) {
       float correction[2];
-      softmax.template update<Element>(s, visible, scales.scale_log2, p.lse_temperature,
-                                       probabilities, correction);
+      if constexpr (kKv == KvFormat::kFp8) {
+        // Per-token fp8 scales: S and O hold most of the registers, so each scale is loaded
+        // where it is used.
+        const int64_t first_slot = block_first_slot(p, smem.union_coords()[u]);
+        const int valid_keys = plan.seqlen_k - block_first_key;
+        if (token_scales.k.scales != nullptr) {
+          scale_columns_by_row(s, token_scales.k, first_slot, 0, valid_keys);
+        }
+        softmax.template update<Element>(
+            s, visible, scales.scale_log2, p.lse_temperature, probabilities, correction,
+            [&](auto& probability) {
+              if (token_scales.v.scales != nullptr) {
+                scale_columns_by_row(probability, token_scales.v, first_slot, 0, valid_keys);
+              }
+            });
+      } else {
+        softmax.template update<Element>(s, visible, scales.scale_log2, p.lse_temperature,
+                                         probabilities, correction);
+      }
       // Once a row's max has settled its correction is exactly 1, and O * 1 is O: the warp
       // rescales only when one of its rows' max moved.
       if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {

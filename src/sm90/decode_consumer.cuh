@@ -33,6 +33,7 @@
 #include "sm90/softmax.cuh"
 #include "sm90/split_combine.cuh"
 #include "sm90/timeline.cuh"
+#include "sm90/token_scales.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -347,6 +348,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   }
   const int key_limit = smem.token_key_limit()[0];
   const GlobalScales scales = global_scales(p);
+  const TokenScaleRows token_scales = token_scale_rows(p, kv_head);
 
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
@@ -365,12 +367,25 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
     const int stage = ring.stage;
     const uint32_t phase = ring.phase;
+    // Per-token fp8 scales of this warp's keys, loaded before K has landed.
+    float key_scales[2 * kWarpScoreTiles], value_scales[2 * kWarpScoreTiles];
+    if constexpr (kKv == KvFormat::kFp8) {
+      const int64_t first_slot = block_first_slot(p, smem.union_coords()[u]);
+      const int valid_keys = plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys;
+      if (token_scales.k.scales != nullptr) {
+        load_column_scales(token_scales.k, first_slot, first_key, valid_keys, key_scales);
+      }
+      if (token_scales.v.scales != nullptr) {
+        load_column_scales(token_scales.v, first_slot, first_key, valid_keys, value_scales);
+      }
+    }
     mbarrier_wait(&header.k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
     float s[4 * kWarpScoreTiles];
     if constexpr (kKv == KvFormat::kFp8) {
       warp_scores_fp8<Element>(smem.q(0), smem.k(stage), first_key, s);
+      if (token_scales.k.scales != nullptr) scale_columns(s, key_scales);
     } else {
       warp_scores<Element>(smem_address(smem.q(0)), smem_address(smem.k(stage)), first_key, s);
     }
@@ -394,6 +409,9 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       correction[h] = softmax.exponentiate_row(s, h, block_max[h], p.lse_temperature);
+    }
+    if constexpr (kKv == KvFormat::kFp8) {
+      if (token_scales.v.scales != nullptr) scale_columns(s, value_scales);
     }
     uint32_t probabilities[2 * kWarpScoreTiles];
     OnlineSoftmax<kTemperatureLse>::template pack_probabilities<Element>(s, probabilities);

@@ -69,13 +69,14 @@ struct TokenRequest {
   int64_t seqlen_k;
   int64_t first_key_row;
   int64_t key_limit;
+  int32_t entries;  // of the index row it may read (entries_read: the causal entry limit)
   bool holds_token;
 };
 
 // Every load is independent of the others, so they go out in one round.
 __device__ __forceinline__ TokenRequest token_request(const AttentionParams& p, int64_t b,
                                                       int64_t token) {
-  TokenRequest r{b, 0, 0, 0, false};
+  TokenRequest r{b, 0, 0, 0, 0, false};
   if (b < 0) return r;
   const RowRange rows = clamped_range(p.cu_seqlens_q, b, p.total_q);
   const KeyLengths lengths = request_key_lengths(p.is_paged, p.cu_seqlens_k, p.seqused_k, b,
@@ -87,6 +88,7 @@ __device__ __forceinline__ TokenRequest token_request(const AttentionParams& p, 
                                                 rows.end - rows.begin, lengths.declared) +
                            (token - rows.begin);
   r.key_limit = clamp_i64(key_limit(p.causal, position, r.seqlen_k), 0, r.seqlen_k);
+  r.entries = entries_read(p.causal_entry_limit, position, p.topk);
   r.holds_token = rows.begin <= token && token < rows.end;
   return r;
 }
@@ -133,7 +135,8 @@ __device__ inline int plan_decode_token(const AttentionParams& p, const Smem& sm
   FLASHMSA_MARK_BY(0, kMarkPageRowShared);
   const int cached_pages = request.batch_index == token ? cached_page_row_length(p, token) : 0;
   const int union_size =
-      plan_one_token_union(p, smem, entry, limit, [&](int32_t block) -> int64_t {
+      plan_one_token_union(p, smem, entry, limit, request.entries,
+                           [&](int32_t block) -> int64_t {
         if (!p.is_paged) return request.first_key_row + static_cast<int64_t>(block) * kBlockSize;
         if (block < cached_pages) return cached_page(cached_page_row(smem), block, p.num_pages);
         return page_of_block(p.page_table, p.page_table_stride_batch, p.page_table_stride_page,

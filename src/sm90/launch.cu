@@ -219,6 +219,7 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
   p.is_paged = args.is_paged;
   p.causal = args.causal;
   p.q_offset_mode = args.q_offset_mode;
+  p.causal_entry_limit = args.causal_entry_limit;
   p.q_offset_value = args.q_offset_value;
 
   p.heads_per_chunk = plan.heads_per_chunk;
@@ -251,6 +252,12 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
   p.v_global_scale = args.v_global_scale;
   p.k_global_scale_device = args.k_global_scale_device;
   p.v_global_scale_device = args.v_global_scale_device;
+  p.k_token_scale = args.k_token_scale;
+  p.k_token_scale_stride_head = args.k_token_scale_stride_head;
+  p.k_token_scale_slots = args.k_token_scale_slots;
+  p.v_token_scale = args.v_token_scale;
+  p.v_token_scale_stride_head = args.v_token_scale_stride_head;
+  p.v_token_scale_slots = args.v_token_scale_slots;
   p.lse_temperature = args.lse_temperature_scale;
   if (plan.merges_in_workspace()) {
     uint8_t* workspace = static_cast<uint8_t*>(args.workspace);

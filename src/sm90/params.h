@@ -105,6 +105,14 @@ struct AttentionParams {
   // captured graph replays with the scales of the moment (global_scales()).
   const float* k_global_scale_device;
   const float* v_global_scale_device;
+  // flashmsa_args::causal_entry_limit: a query reads only the first entries_read(...) entries
+  // of its index row (common/visibility.h); planning starts each token's first negative there.
+  int32_t causal_entry_limit;
+  // Per-token fp8 scales (token_scales.cuh), (Hkv, slots) rows, or nullptr.
+  const float* k_token_scale;
+  int64_t k_token_scale_stride_head, k_token_scale_slots;
+  const float* v_token_scale;
+  int64_t v_token_scale_stride_head, v_token_scale_slots;
 };
 
 // The call's score scale (log2 units) and output scale, with the device-resident global scales

@@ -220,6 +220,15 @@ __device__ __forceinline__ int64_t tile_token_key_limit(const AttentionParams& p
   return clamp_i64(limit, 0, header.request_seqlen_k);
 }
 
+// Where tile token t's list ends before rule 1 looks at it: topk, or the causal entry limit's
+// count (common/visibility.h: entries_read). Tokens past the tile's have no entries.
+__device__ __forceinline__ int32_t tile_token_entries(const AttentionParams& p,
+                                                      const SmemHeader& header, int t) {
+  return t < header.tile_num_tokens
+             ? p.topk
+             : p.topk;
+}
+
 // Puts a and b (elements i < j of a bitonic pass) in ascending or descending order.
 __device__ __forceinline__ void compare_exchange(int64_t& a, int64_t& b, bool ascending) {
   if ((a > b) == ascending) {
@@ -301,13 +310,13 @@ __device__ inline TilePlan plan_union(const AttentionParams& p, const Smem& smem
   }
 #pragma unroll 1
   for (int t = tid; t < p.tokens_per_tile; t += threads) {
-    first_negative[t] = topk;
+    first_negative[t] = tile_token_entries(p, header, t);
     limits[t] = static_cast<int32_t>(tile_token_key_limit(p, header, t));
   }
   __syncthreads();
   FLASHMSA_MARK(kMarkEntriesRead);
 
-  // Rule 1: the first negative entry ends a token's list.
+  // Rule 1: the first negative entry ends a token's list (if the entry limit has not already).
 #pragma unroll 1
   for (int e = tid; e < num_entries; e += threads) {
     if (entry_blocks[e] < 0) {

@@ -51,6 +51,11 @@ __device__ __forceinline__ float sum_over_row_quad(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+struct NothingBeforePack {
+  template <int kScores>
+  __device__ __forceinline__ void operator()(float (&)[kScores]) const {}
+};
+
 template <bool kTemperatureLse>
 struct OnlineSoftmax {
   float row_max[2];    // running max of scaled scores (log2 units), -inf before any key
@@ -71,11 +76,13 @@ struct OnlineSoftmax {
   // rescaled for the change of the running max; the caller applies it (rescale) once no P.V
   // wgmma that accumulates into O is in flight. kScores: 64 for a wgmma tile of 128 keys, 16
   // for a warp's 32 keys of the one-token decode consumer (decode_consumer.cuh); both lay
-  // element 4 * j + 2 * h + c at row h, column 8 * j + 2 * (lane % 4) + c.
-  template <typename Element, int kScores>
+  // element 4 * j + 2 * h + c at row h, column 8 * j + 2 * (lane % 4) + c. before_pack(s) sees
+  // the probabilities once the row sums have taken them (per-token V scales, token_scales.cuh).
+  template <typename Element, int kScores, typename BeforePack = NothingBeforePack>
   __device__ __forceinline__ void update(float (&s)[kScores], const int (&visible)[2],
                                          float scale_log2, float temperature,
-                                         uint32_t (&p)[kScores / 2], float (&correction)[2]) {
+                                         uint32_t (&p)[kScores / 2], float (&correction)[2],
+                                         BeforePack before_pack = {}) {
     // Row by row, each row's exponentials right after its max (the schedule the wgmma consumer
     // was tuned with; the one-token consumer needs both rows' maxima first and calls the halves
     // itself).
@@ -91,6 +98,7 @@ struct OnlineSoftmax {
       const float block_max = max_over_row_quad(row_block_max);
       correction[h] = exponentiate_row(s, h, block_max, temperature);
     }
+    before_pack(s);
     pack_probabilities<Element>(s, p);
   }
 

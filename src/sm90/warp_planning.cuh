@@ -206,7 +206,8 @@ __device__ inline SpeculativeLoad speculate_first_block(const AttentionParams& p
 
 // The three rules of contract section 4 for one token whose entries sit one per lane (lane l:
 // entry l; -1 past topk), each a warp-wide instruction or two on the one register:
-//   rule 1: the first negative entry ends the list;
+//   rule 1: the first negative entry ends the list (`entries`: where it ends otherwise, topk or
+//           the causal entry limit's count);
 //   rule 2: an entry before it survives if its block selects keys below `limit` and
 //           coordinate_of(block) (its TMA coordinate: flat row or page) is not -1;
 //   rule 3: the union holds each surviving block's first occurrence, in entry order, written to
@@ -221,11 +222,11 @@ struct OneTokenUnion {
 template <typename CoordinateOf>
 __device__ __forceinline__ OneTokenUnion plan_one_token_union(const AttentionParams& p,
                                                               const Smem& smem, int32_t entry,
-                                                              int64_t limit,
+                                                              int64_t limit, int32_t entries,
                                                               CoordinateOf coordinate_of) {
   const int lane = threadIdx.x % 32;
-  const uint32_t negatives = __ballot_sync(0xffffffffu, lane < p.topk && entry < 0);
-  const int first_negative = negatives != 0 ? __ffs(negatives) - 1 : p.topk;
+  const uint32_t negatives = __ballot_sync(0xffffffffu, lane < entries && entry < 0);
+  const int first_negative = negatives != 0 ? __ffs(negatives) - 1 : entries;
   int32_t coord = -1;
   if (lane < first_negative && block_selects_keys(entry, limit, p.is_paged, p.max_pages)) {
     coord = static_cast<int32_t>(coordinate_of(entry));
@@ -254,7 +255,9 @@ __device__ inline void plan_one_token_in_warp(const AttentionParams& p, const Sm
   SmemHeader& header = smem.header();
   const int lane = threadIdx.x % 32;
   const int64_t limit = tile_token_key_limit(p, header, 0);
-  const OneTokenUnion plan = plan_one_token_union(p, smem, entry, limit, [&](int32_t block) {
+  const OneTokenUnion plan = plan_one_token_union(p, smem, entry, limit,
+                                                  tile_token_entries(p, header, 0),
+                                                  [&](int32_t block) {
     return block_coordinate(p, smem, header, block, page_row_length);
   });
   if (plan.slot >= 0) {
@@ -281,15 +284,15 @@ __device__ __forceinline__ void take_located_entries(const AttentionParams& p,
   }
 }
 
-// Before the rules: each tile token's key limit, and its first negative entry at topk (none
-// yet; rule 1 lowers it).
+// Before the rules: each tile token's key limit, and its first negative entry at the end of
+// the entries it may read (tile_token_entries; rule 1 lowers it).
 __device__ __forceinline__ void start_token_rules(const AttentionParams& p, const Smem& smem) {
   const SmemHeader& header = smem.header();
   int32_t* first_negative = smem.token_first_negative();
   int32_t* limits = smem.token_key_limit();
 #pragma unroll 1
   for (int t = threadIdx.x % 32; t < p.tokens_per_tile; t += 32) {
-    first_negative[t] = p.topk;
+    first_negative[t] = tile_token_entries(p, header, t);
     limits[t] = static_cast<int32_t>(tile_token_key_limit(p, header, t));
   }
 }

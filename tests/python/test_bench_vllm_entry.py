@@ -33,7 +33,8 @@ def test_vllm_entry_bench_rows_bitwise_equal(tmp_path):
         "[bench.vllm_entry cpu] a chunked-prefill row expected")
     for case in {r["case"] for r in rows}:
         dtypes = sorted(r["kv_dtype"] for r in rows if r["case"] == case)
-        assert dtypes == ["bf16", "fp8"], f"[bench.vllm_entry cpu] {case}: K/V rows {dtypes}"
+        assert dtypes == ["bf16", "fp8", "fp8/token"], (
+            f"[bench.vllm_entry cpu] {case}: K/V rows {dtypes}")
     for r in rows:
         name = f"[bench.vllm_entry cpu] {r['case']} [{r['kv_dtype']}]"
         assert r["bitwise_equal"] is True and r["mismatches"] == 0, f"{name}: {r['note']}"

@@ -253,18 +253,6 @@ def _call(args):
     return status, library.flashmsa_last_error().decode()
 
 
-@pytest.mark.parametrize("which", ["k", "v"])
-def test_cuda_call_with_token_scales_is_not_supported(small_case, which):
-    """The Hopper kernels do not take per-token scales yet: a CUDA call with them is refused,
-    naming them, before the build or the device is asked about (so this runs on a CPU-only
-    build: nothing is launched)."""
-    args, _ = _c_args(small_case.kwargs(True, which))
-    args.device = _lib.DEVICE_CUDA
-    status, message = _call(args)
-    assert status == _lib.ERROR_NOT_SUPPORTED, message
-    assert f"{which}_token_scale" in message and "CPU backend" in message, message
-
-
 def test_c_validation_of_token_scales(small_case):
     args, _ = _c_args(small_case.kwargs(True))
     assert _call(args)[0] == _lib.OK

@@ -30,13 +30,13 @@ How they map onto `flashmsa.msa_sparse_attention` (shared/spec/msa_sparse_attent
   `k_global_scale` / `v_global_scale`, so a CUDA graph replays with the value the tensor holds
   at replay time. `(num_kv_heads, max_kv_tokens)` per-(KV head, token slot) scales, whose slot
   `block * 128 + token in block` is flashmsa's per-token slot, are passed as they are as
-  flashmsa's fp8 `k_scale` / `v_scale` (CPU backend; the Hopper kernels raise
-  NotImplementedError for them until they support them).
+  flashmsa's fp8 `k_scale` / `v_scale`;
+- which of a row's `topk` entries it reads (vLLM: the first min(topk, p // 128 + 1), p its
+  position) is flashmsa's `causal_entry_limit=True`, applied by the kernels' planning.
 
-Nothing reads a device tensor on the host. The only per-call work besides the attention is on
-the small metadata, with device-side torch ops (no synchronisation, capturable in a CUDA graph):
-the positions of the query tokens (from cu_seqlens_q / query_start_loc) and a copy of
-`topk_idx` in which the entries vLLM does not read are -1 (see the functions' docstrings).
+Nothing reads a device tensor on the host, and with int32 metadata (vLLM's) a call launches
+the attention alone: no copy of `topk_idx`, no position arithmetic. Another integer dtype is
+converted on the device (a small kernel; no synchronisation, capturable in a CUDA graph).
 """
 import torch
 
@@ -202,37 +202,37 @@ def _block_table_rows(block_table, num_requests, device):
 
 
 # ---------------------------------------------------------------------------------------------
-# vLLM's reading of topk_idx, on the device.
+# vLLM's reading of topk_idx, and the metadata of uniform decode batches.
 # ---------------------------------------------------------------------------------------------
 
-def _row_positions(cu_seqlens_q, shift, total_q):
-    """The causal position of every query row, shift[b] + row for the request b whose range
-    holds the row (shift[b] = position of request b's first query - cu_seqlens_q[b]). int32, on
-    the device. Rows outside every request get some position: flashmsa writes 0 to them
-    whatever their indices say."""
-    rows = torch.arange(total_q, dtype=torch.int32, device=cu_seqlens_q.device)
-    # A row's request is the number of requests that end at or before it (empty ones included);
-    # rows past the last request get the entry padded on.
-    request = torch.searchsorted(cu_seqlens_q[1:], rows, right=True)
-    return torch.nn.functional.pad(shift, (0, 1))[request] + rows
+def _index_rows(topk_idx):
+    """topk_idx as flashmsa reads it: int32 (a view when it is int32 already; another integer
+    dtype is converted on the device, wrapping an int64 id as vLLM's .to(tl.int32) does).
+    Which entries a row reads, vLLM's rule, is the kernels' causal entry limit
+    (causal_entry_limit=True): entry c is read iff 128 * c <= p, p the row's position."""
+    return topk_idx if topk_idx.dtype == torch.int32 else topk_idx.to(torch.int32)
 
 
-def _entries_vllm_reads(topk_idx, positions):
-    """topk_idx with -1 in every entry vLLM's kernels skip.
+# cu_seqlens_q of a uniform decode batch (0, n, 2n, ...): a view of one cached vector per
+# (device, n), so that a replayed decode step runs no kernel to make it. The cache grows only
+# outside CUDA-graph capture; a capture that needs more than it holds makes its own vector
+# (one small kernel in that graph).
+_UNIFORM_STARTS = {}
+_UNIFORM_STARTS_MIN_LENGTH = 4097
 
-    vLLM's kernels read, for a query at position p, the first min(topk, p // 128 + 1) entries of
-    its row (the blocks up to its own, capped at topk) whatever they hold, and nothing past
-    them; a query at a negative position reads nothing. That is: entry c is read iff
-    128 * c <= p. flashmsa reads a row up to its first negative entry, so writing -1 in the
-    other entries makes it read the same ones. This is a copy of the index tensor,
-    (num_kv_heads, total_q, topk) int32: the cache is not touched.
-    """
-    topk = topk_idx.shape[-1]
-    first_keys = torch.arange(0, topk * BLOCK_SIZE, BLOCK_SIZE, dtype=torch.int32,
-                              device=positions.device)
-    read = first_keys <= positions[:, None]                    # (total_q, topk)
-    # The int32 conversion wraps an int64 id as vLLM's .to(tl.int32) does.
-    return torch.where(read, topk_idx, -1).to(torch.int32)
+
+def _uniform_query_starts(num_reqs, query_len, device):
+    starts = _UNIFORM_STARTS.get((device, query_len))
+    if starts is None or starts.shape[0] < num_reqs + 1:
+        length = max(num_reqs + 1, _UNIFORM_STARTS_MIN_LENGTH)
+        if (length - 1) * query_len >= 2 ** 31:
+            length = num_reqs + 1  # the caller's total_q fits int32; a longer vector might not
+        fresh = torch.arange(0, length * query_len, query_len, dtype=torch.int32, device=device)
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if capturing:
+            return fresh[:num_reqs + 1]
+        _UNIFORM_STARTS[(device, query_len)] = starts = fresh
+    return starts[:num_reqs + 1]
 
 
 def _no_requests(output):
@@ -265,14 +265,13 @@ def minimax_m3_sparse_attn(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq
         k_scale, v_scale: for an fp8 cache, None (no scale) or one-element tensors on the
             output's device, the cache's dequantisation scales; ignored for a bf16/fp16 cache,
             as in vLLM; or (num_kv_heads, max_kv_tokens) float32 per-(KV head, token slot)
-            scales, slot = cache block * 128 + token in block, read in place (CPU only for
-            now: on CUDA they raise NotImplementedError).
+            scales, slot = cache block * 128 + token in block, read in place.
         workspace (keyword only, not vLLM's): a flashmsa.MSASparseAttentionWorkspace.
 
     Follows vLLM: query i of request b reads, per KV head h, the keys c of the blocks in the
     first min(topk, pos // 128 + 1) entries of topk_idx[h, row] (pos = prefix_lens[b] + i) with
-    c < seq_lens[b] and c <= pos; entries past those are not read, whatever they hold (done by a
-    device-side copy of topk_idx with -1 there, see the module's docstring).
+    c < seq_lens[b] and c <= pos; entries past those are not read, whatever they hold
+    (flashmsa's causal_entry_limit).
 
     Differs from vLLM, only where vLLM's result is undefined or its kernel misbehaves:
     - within the entries read: a negative id ends the row (vLLM's kernel would look it up in
@@ -303,12 +302,11 @@ def minimax_m3_sparse_attn(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq
     block_table = _block_table_rows(block_table, batch, device)
     topk_idx = _topk_rows(topk_idx, num_kv_heads, total_q)
 
-    positions = _row_positions(cu_seqlens_q, prefix_lens - cu_seqlens_q[:-1], total_q)
-    q2k_indices = _entries_vllm_reads(topk_idx, positions)
     return msa_sparse_attention(
-        q, k, v, q2k_indices, cu_seqlens_q, causal=True, softmax_scale=float(sm_scale),
-        page_table=block_table, seqused_k=seq_lens, q_offset=prefix_lens, workspace=workspace,
-        out=output, **scales)
+        q, k, v, _index_rows(topk_idx), cu_seqlens_q, causal=True,
+        softmax_scale=float(sm_scale), page_table=block_table, seqused_k=seq_lens,
+        q_offset=prefix_lens, workspace=workspace, out=output, causal_entry_limit=True,
+        **scales)
 
 
 @torch.no_grad()
@@ -339,7 +337,7 @@ def minimax_m3_sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, 
     p = seq_lens[r] - n + i; it reads, per KV head h, the keys c < p + 1 of the blocks in the
     first min(topk, ceil((p + 1) / 128)) entries of topk_idx[h, row], and nothing when p < 0
     (CUDA-graph padding requests have seq_lens 0). Entries past those are not read, whatever
-    they hold (a device-side copy of topk_idx with -1 there).
+    they hold (flashmsa's causal_entry_limit).
 
     Differs from vLLM, only where vLLM's result is undefined or its kernel misbehaves:
     - within the entries read, as for prefill: a negative id ends the row, a repeated id
@@ -378,22 +376,14 @@ def minimax_m3_sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, 
         if decode_query_len < 1 or total_q != num_reqs * decode_query_len:
             raise ValueError(f"q's total_q ({total_q}) must be num_reqs ({num_reqs}) * "
                              f"decode_query_len ({decode_query_len}) without query_start_loc")
-        cu_seqlens_q = torch.arange(0, (num_reqs + 1) * decode_query_len, decode_query_len,
-                                    dtype=torch.int32, device=device)
+        cu_seqlens_q = _uniform_query_starts(num_reqs, decode_query_len, device)
     if num_reqs < 1:
         return _no_requests(output)
     block_table = _block_table_rows(block_table, num_reqs, device)
     topk_idx = _topk_rows(topk_idx, num_kv_heads, total_q)
 
-    if query_start_loc is not None:
-        # Row i of request r, of query length n: seq_lens[r] - n + i = seq_lens[r] - end + row.
-        positions = _row_positions(cu_seqlens_q, seq_lens - cu_seqlens_q[1:], total_q)
-    else:
-        within = torch.arange(decode_query_len, dtype=torch.int32, device=device)
-        positions = ((seq_lens - decode_query_len)[:, None] + within).reshape(total_q)
-    q2k_indices = _entries_vllm_reads(topk_idx, positions)
     # q_offset=None: flashmsa's end-aligned positions, seq_lens[r] - query_len[r] + i, are vLLM's.
     return msa_sparse_attention(
-        q, k, v, q2k_indices, cu_seqlens_q, causal=True, softmax_scale=float(sm_scale),
-        page_table=block_table, seqused_k=seq_lens, workspace=workspace, out=output,
-        **scales)
+        q, k, v, _index_rows(topk_idx), cu_seqlens_q, causal=True,
+        softmax_scale=float(sm_scale), page_table=block_table, seqused_k=seq_lens,
+        workspace=workspace, out=output, causal_entry_limit=True, **scales)
