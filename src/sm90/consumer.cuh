@@ -160,7 +160,7 @@ __device__ __forceinline__ void load_tile_queries(const AttentionParams& p, cons
 
 // Runs after load_tile_queries and planning. kKv: converted formats' K and V stages are
 // rewritten by all consumer threads (kv_convert.cuh) once both landed, whether or not this
-// warpgroup reads the block.
+// warpgroup reads the block; kFp8TokenScaled also applies per-token scales (token_scales.cuh).
 template <typename Element, bool kTemperatureLse, int kConsumers,
           KvFormat kKv = KvFormat::kNative>
 __device__ inline void consume(const AttentionParams& p, const Smem& smem, const TilePlan& plan,
@@ -196,6 +196,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
 
   uint8_t* q_smem = smem.q(warpgroup);
   const GlobalScales scales = global_scales(p);
+  constexpr bool kTokenScales = has_token_scales(kKv);
   const TokenScaleRows token_scales = token_scale_rows(p, kv_head);
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
@@ -260,7 +261,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     uint32_t probabilities[32];
     if (warp_reads) {
       float correction[2];
-      if constexpr (kKv == KvFormat::kFp8) {
+      if constexpr (kTokenScales) {
         // Per-token fp8 scales: S and O hold most of the registers, so each scale is loaded
         // where it is used.
         const int64_t first_slot = block_first_slot(p, smem.union_coords()[u]);

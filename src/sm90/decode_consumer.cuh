@@ -328,7 +328,8 @@ __device__ __forceinline__ void store_converted_value_slice(uint8_t* v_stage, in
   __syncwarp();
 }
 
-// kKv: how the stages hold K and V (fp8: converted here, see above).
+// kKv: how the stages hold K and V (fp8: converted here, see above; kFp8TokenScaled: with
+// per-token scales, token_scales.cuh).
 template <typename Element, bool kTemperatureLse, KvFormat kKv = KvFormat::kNative>
 __device__ inline void consume_one_token(const AttentionParams& p, const Smem& smem,
                                          const TilePlan& plan, int kv_head, int head_chunk) {
@@ -348,6 +349,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   }
   const int key_limit = smem.token_key_limit()[0];
   const GlobalScales scales = global_scales(p);
+  constexpr bool kTokenScales = has_token_scales(kKv);
   const TokenScaleRows token_scales = token_scale_rows(p, kv_head);
 
   OnlineSoftmax<kTemperatureLse> softmax;
@@ -369,7 +371,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     const uint32_t phase = ring.phase;
     // Per-token fp8 scales of this warp's keys, loaded before K has landed.
     float key_scales[2 * kWarpScoreTiles], value_scales[2 * kWarpScoreTiles];
-    if constexpr (kKv == KvFormat::kFp8) {
+    if constexpr (kTokenScales) {
       const int64_t first_slot = block_first_slot(p, smem.union_coords()[u]);
       const int valid_keys = plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys;
       if (token_scales.k.scales != nullptr) {
@@ -383,9 +385,9 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
     float s[4 * kWarpScoreTiles];
-    if constexpr (kKv == KvFormat::kFp8) {
+    if constexpr (is_fp8(kKv)) {
       warp_scores_fp8<Element>(smem.q(0), smem.k(stage), first_key, s);
-      if (token_scales.k.scales != nullptr) scale_columns(s, key_scales);
+      if (kTokenScales && token_scales.k.scales != nullptr) scale_columns(s, key_scales);
     } else {
       warp_scores<Element>(smem_address(smem.q(0)), smem_address(smem.k(stage)), first_key, s);
     }
@@ -410,14 +412,14 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     for (int h = 0; h < 2; ++h) {
       correction[h] = softmax.exponentiate_row(s, h, block_max[h], p.lse_temperature);
     }
-    if constexpr (kKv == KvFormat::kFp8) {
+    if constexpr (kTokenScales) {
       if (token_scales.v.scales != nullptr) scale_columns(s, value_scales);
     }
     uint32_t probabilities[2 * kWarpScoreTiles];
     OnlineSoftmax<kTemperatureLse>::template pack_probabilities<Element>(s, probabilities);
     share_probabilities(exchange, probabilities);
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
-    if constexpr (kKv == KvFormat::kFp8) {
+    if constexpr (is_fp8(kKv)) {
       mbarrier_wait(&header.v_full[stage], phase);
       const Fp8ValueSlice slice = load_fp8_value_slice(smem.v(stage), warp);
       // P of all 128 keys is in shared memory, and every warp's fp8 slice is in registers.

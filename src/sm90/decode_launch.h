@@ -1,6 +1,6 @@
 // Declaration of the one-token decode kernel's launch (decode_kernel.cuh), one explicit
-// instantiation per q dtype and K/V format (decode_bf16.cu, decode_fp16.cu, decode_bf16_fp8.cu,
-// decode_fp16_fp8.cu).
+// instantiation per q dtype and K/V format (decode_bf16.cu, decode_fp16.cu,
+// decode_{bf16,fp16}_fp8.cu and _fp8_scaled.cu).
 #pragma once
 
 #include <cuda_runtime.h>

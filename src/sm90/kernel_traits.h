@@ -41,7 +41,11 @@ constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one blo
 // layout the consumers read. kFp8: E4M3, one byte a value: TMA lands a block's 128-byte rows
 // (one 128B-swizzled box, 16 KiB) in the upper half of the 32 KiB stage, and the consumers
 // rewrite it in place as q's dtype in the native layout before they read it (kv_convert.cuh).
-enum class KvFormat : int32_t { kNative = 0, kFp8 = 1 };
+// kFp8TokenScaled: kFp8 with per-token scales (token_scales.cuh), its own instantiation so that
+// fp8 without them runs loops with no trace of them.
+enum class KvFormat : int32_t { kNative = 0, kFp8 = 1, kFp8TokenScaled = 2 };
+constexpr bool is_fp8(KvFormat format) { return format != KvFormat::kNative; }
+constexpr bool has_token_scales(KvFormat format) { return format == KvFormat::kFp8TokenScaled; }
 constexpr uint32_t kFp8TileBytes = kBlockKeys * kHeadDim;  // one operand of one block: 16 KiB
 
 // Decode's KV split runs as one thread-block cluster per (tile, head column), at most 16 CTAs:

@@ -269,17 +269,22 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
 }
 
 // launch(Element{}, KvFormat constant): the kernel instantiation of the call's q dtype and
-// K/V format.
+// K/V format (fp8 with per-token scales is a format of its own).
 template <typename Launch>
 cudaError_t with_kernel_types(const flashmsa_args& args, Launch launch) {
   using sm90::KvFormat;
   using Fp8 = std::integral_constant<KvFormat, KvFormat::kFp8>;
+  using Fp8TokenScaled = std::integral_constant<KvFormat, KvFormat::kFp8TokenScaled>;
   using Native = std::integral_constant<KvFormat, KvFormat::kNative>;
   const bool fp8 = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3;
-  if (args.q_dtype == FLASHMSA_DTYPE_BF16) {
-    return fp8 ? launch(__nv_bfloat16{}, Fp8{}) : launch(__nv_bfloat16{}, Native{});
-  }
-  return fp8 ? launch(__half{}, Fp8{}) : launch(__half{}, Native{});
+  const bool token_scaled = fp8 && (args.k_token_scale != nullptr ||
+                                    args.v_token_scale != nullptr);
+  auto with_format = [&](auto element) {
+    if (token_scaled) return launch(element, Fp8TokenScaled{});
+    return fp8 ? launch(element, Fp8{}) : launch(element, Native{});
+  };
+  if (args.q_dtype == FLASHMSA_DTYPE_BF16) return with_format(__nv_bfloat16{});
+  return with_format(__half{});
 }
 
 }  // namespace

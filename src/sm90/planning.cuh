@@ -225,7 +225,7 @@ __device__ __forceinline__ int64_t tile_token_key_limit(const AttentionParams& p
 __device__ __forceinline__ int32_t tile_token_entries(const AttentionParams& p,
                                                       const SmemHeader& header, int t) {
   return t < header.tile_num_tokens
-             ? p.topk
+             ? entries_read(p.causal_entry_limit, header.tile_first_position + t, p.topk)
              : p.topk;
 }
 

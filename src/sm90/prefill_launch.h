@@ -1,6 +1,6 @@
 // Declaration of the prefill kernel launch, one explicit instantiation per q dtype and K/V
-// format (prefill_bf16.cu, prefill_fp16.cu, prefill_bf16_fp8.cu, prefill_fp16_fp8.cu) so that
-// the heavy kernel compiles once per pair, each in its own translation unit.
+// format (prefill_bf16.cu, prefill_fp16.cu, prefill_{bf16,fp16}_fp8.cu and _fp8_scaled.cu) so
+// that the heavy kernel compiles once per pair, each in its own translation unit.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -78,7 +78,7 @@ template <KvFormat kKv = KvFormat::kNative>
 __device__ __forceinline__ void load_operand(const AttentionParams& p, const CUtensorMap* map,
                                              uint64_t* barrier, uint8_t* destination,
                                              int32_t coord, int32_t kv_head) {
-  if constexpr (kKv == KvFormat::kFp8) {
+  if constexpr (is_fp8(kKv)) {
     mbarrier_arrive_expect_tx(barrier, kFp8TileBytes);
     load_fp8_block(map, barrier, destination, p.is_paged, coord, kv_head, p.kv_cache_hint);
   } else {

@@ -61,7 +61,7 @@ def make_case(name, seqlens_q, seqlens_k, num_qo_heads, num_kv_heads, topk, caus
 
 def to_device(kwargs, device=DEVICE):
     """Every tensor of kwargs on `device` with the same sizes, strides and storage offset; tensors
-    sharing a storage on the CPU (the halves of a packed cache) share one on the device."""
+    sharing a storage (the halves of a packed cache) share one on `device`. Either direction."""
     storages, moved = {}, {}
     for name, value in kwargs.items():
         if not isinstance(value, torch.Tensor):
@@ -69,7 +69,8 @@ def to_device(kwargs, device=DEVICE):
             continue
         key = value.untyped_storage().data_ptr()
         if key not in storages:
-            raw = torch.empty(0, dtype=torch.uint8).set_(value.untyped_storage())
+            raw = torch.empty(0, dtype=torch.uint8, device=value.device).set_(
+                value.untyped_storage())
             storages[key] = raw.to(device)
         moved[name] = torch.empty(0, dtype=value.dtype, device=device).set_(
             storages[key].untyped_storage(), value.storage_offset(), value.shape, value.stride())

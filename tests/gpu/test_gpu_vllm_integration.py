@@ -2,7 +2,15 @@
 evaluation of vLLM's semantics (tests/python/test_vllm_integration.py, whose case builders and
 evaluation this file reuses), each call made with PyTorch's synchronisation check set to raise,
 plus MiniMax-M3's production heads, and decode steps captured in a CUDA graph and replayed on new
-inputs copied into the captured buffers, equal to eager calls bitwise."""
+inputs copied into the captured buffers, equal to eager calls bitwise.
+
+fp8 caches with per-(KV head, token slot) k_scale / v_scale, (num_kv_heads, num_blocks * 128)
+float32 (slot = cache block * 128 + token in block), which the Hopper kernels apply to the
+scores and the probabilities: the CPU suite's per-token cases and MiniMax-M3 production shapes
+(chunked prefill, one-token decode, multi-token prediction, a long-context decode whose KV is
+split, a ragged batch) against the vLLM evaluation and the CPU backend; decode steps captured
+with per-token scales and replayed on new inputs and new scale values; a captured prefill call
+replayed after new scale values are written into the captured scale tensors."""
 import contextlib
 import math
 
@@ -12,13 +20,15 @@ import torch
 import flashmsa
 import flashmsa.integrations.vllm as vllm_ops
 from gpu_harness import DEVICE, assert_bitwise, capture_graph, replay, synchronize
-from test_vllm_integration import (BLOCK, DECODE_CASES, MAX_ABS_ERROR, MAX_REL_L2_ERROR,
-                                   NUM_KV_HEADS, PREFILL_CASES, args_on, case_id,
-                                   check_against_vllm, decode_args, error_stats, prefill_args,
-                                   run_integration, vllm_decode_reference,
-                                   vllm_prefill_reference)
+from test_vllm_integration import (DECODE_CASES, MAX_ABS_ERROR, MAX_REL_L2_ERROR,
+                                   PER_TOKEN_DECODE_CASES, PER_TOKEN_PREFILL_CASES,
+                                   PREFILL_CASES, args_on, case_id, check_against_vllm,
+                                   decode_args, error_stats, prefill_args, run_integration,
+                                   vllm_decode_reference, vllm_prefill_reference)
 
 PRODUCTION_HEADS = dict(num_heads=64, num_kv_heads=4, topk=16)
+FP8 = torch.float8_e4m3fn
+PER_TOKEN = dict(cache_dtype=FP8, scale="per_token")
 
 
 @contextlib.contextmanager
@@ -114,24 +124,33 @@ GRAPH_STEPS = {
 }
 
 
+GRAPH_CACHES = {"bf16": {}, "fp8-scalar-scales": dict(cache_dtype=FP8, scale="scalar"),
+                "fp8-per-token-scales": PER_TOKEN}
+
+
 @pytest.mark.parametrize("scratch", ["allocator", "workspace"])
-@pytest.mark.parametrize("cache", ["bf16", "fp8-scalar-scales"])
+@pytest.mark.parametrize("cache", sorted(GRAPH_CACHES))
 @pytest.mark.parametrize("form", sorted(GRAPH_STEPS))
 def test_gpu_decode_graph_replay_with_new_inputs(form, cache, scratch):
     """Capture one decode call on step A's buffers, copy step B's inputs (q, cache contents,
-    indices, block table, lengths, and for fp8 new scale values) into them, replay: equal to an
-    eager call on B bitwise, and right against the vLLM evaluation."""
-    options = dict(GRAPH_STEPS[form], **PRODUCTION_HEADS)
-    if cache != "bf16":
-        options.update(cache_dtype=torch.float8_e4m3fn, scale="scalar")
+    indices, block table, lengths, and for fp8 new scale values: one-element or per-token) into
+    them, replay: equal to an eager call on B bitwise, and right against the vLLM evaluation."""
+    options = dict(GRAPH_STEPS[form], **PRODUCTION_HEADS, **GRAPH_CACHES[cache])
     name = f"gpu-decode-graph-{form}-{cache}-{scratch}"
     step_a = decode_args(**options, seed=31, device=DEVICE)
     step_b = decode_args(**dict(options, seq_lens=list(reversed(options["seq_lens"]))),
                          seed=32, device=DEVICE)
-    if cache != "bf16":
+    if cache == "fp8-scalar-scales":
         # A graph must read the scales' values at replay, not the ones captured.
         step_b["k_scale"].fill_(0.5)
         step_b["v_scale"].fill_(1.5)
+    elif cache == "fp8-per-token-scales":
+        # Step B's per-token scales were drawn afresh (seed 32): every slot's value changes.
+        for key in ("k_scale", "v_scale"):
+            assert step_b[key].shape == step_a[key].shape == (
+                step_a["kv_cache"].shape[1], step_a["kv_cache"].shape[0] * 128), (
+                f"[{name}] {key} is not (num_kv_heads, num_blocks * 128)")
+            assert not torch.equal(step_b[key], step_a[key]), f"[{name}] {key} unchanged"
     for key, value in step_b.items():
         if isinstance(value, torch.Tensor):
             assert value.shape == step_a[key].shape, f"[{name}] {key} shapes differ"
@@ -159,23 +178,132 @@ def test_gpu_decode_graph_replay_with_new_inputs(form, cache, scratch):
     check_against_vllm(name, eager_b, vllm_decode_reference(step_b))
 
 
+# ---------------------------------------------------------------------------------------------
+# Per-(KV head, token slot) fp8 scales
+# ---------------------------------------------------------------------------------------------
+
+PER_TOKEN_PRODUCTION_PREFILL = [
+    ("chunked-bf16", dict(q_lens=[200, 64], prefix_lens=[2000, 9000], seed=41)),
+    ("first-and-late-chunks-fp16", dict(q_lens=[300, 129], prefix_lens=[0, 6000],
+                                        dtype=torch.float16, seed=42)),
+]
+PER_TOKEN_PRODUCTION_DECODE = [
+    # the one-token kernel, ragged lengths around block edges
+    ("one-token-bf16", dict(seq_lens=[20000, 4097, 1000, 129, 128, 127, 7, 1], seed=43)),
+    # multi-token prediction with a CUDA-graph padding request (seq_lens 0)
+    ("mtp-2-fp16", dict(seq_lens=[20000, 4097, 1000, 129, 0], decode_query_len=2,
+                        dtype=torch.float16, seed=44)),
+    # a long context at batch 2: the one-token kernel splits each row's blocks
+    ("long-context-splits", dict(seq_lens=[40000, 9000], seed=45)),
+    # 8-token multi-token prediction (the prefill kernel's multi-token tiles)
+    ("mtp-8", dict(seq_lens=[9000, 3000, 1500, 300, 129, 8, 5000, 2049], decode_query_len=8,
+                   seed=46)),
+    ("ragged", dict(seq_lens=[9000, 300, 5, 2000], query_lens=[3, 1, 2, 0], padded_rows=2,
+                    seed=47)),
+]
+
+
+def _check_per_token_scales(name, args):
+    """The case really has per-token scales: (num_kv_heads, num_blocks * 128) float32 on the
+    device, not all equal."""
+    cache = args["kv_cache"]
+    assert cache.dtype == FP8, f"[{name}] the cache is {cache.dtype}, not fp8"
+    for key in ("k_scale", "v_scale"):
+        scale = args[key]
+        assert scale.dtype == torch.float32 and scale.device == cache.device, (
+            f"[{name}] {key} is {scale.dtype} on {scale.device}")
+        assert tuple(scale.shape) == (cache.shape[1], cache.shape[0] * 128), (
+            f"[{name}] {key} has shape {tuple(scale.shape)}")
+        assert float(scale.max()) > 4 * float(scale.min()), f"[{name}] {key} barely varies"
+
+
+@pytest.mark.parametrize("case", PER_TOKEN_PREFILL_CASES, ids=case_id)
+def test_gpu_prefill_per_token_scales(case):
+    """test_per_token_scales_prefill on CUDA tensors: each key and value times the scale of its
+    slot, block * 128 + token."""
+    name, options = case
+    name = f"gpu-prefill-{name}"
+    args = prefill_args(**options, **PER_TOKEN, device=DEVICE)
+    _check_per_token_scales(name, args)
+    check_gpu(name, vllm_ops.minimax_m3_sparse_attn, args, vllm_prefill_reference)
+
+
+@pytest.mark.parametrize("case", PER_TOKEN_DECODE_CASES, ids=case_id)
+def test_gpu_decode_per_token_scales(case):
+    name, options = case
+    name = f"gpu-decode-{name}"
+    args = decode_args(**options, **PER_TOKEN, device=DEVICE)
+    _check_per_token_scales(name, args)
+    check_gpu(name, vllm_ops.minimax_m3_sparse_attn_decode, args, vllm_decode_reference)
+
+
+@pytest.mark.parametrize("case", PER_TOKEN_PRODUCTION_PREFILL, ids=case_id)
+def test_gpu_prefill_per_token_scales_production_heads(case):
+    name, options = case
+    name = f"gpu-prefill-64x4-topk16-per-token-{name}"
+    args = prefill_args(**options, **PER_TOKEN, **PRODUCTION_HEADS, device=DEVICE)
+    _check_per_token_scales(name, args)
+    check_gpu(name, vllm_ops.minimax_m3_sparse_attn, args, vllm_prefill_reference)
+
+
+@pytest.mark.parametrize("case", PER_TOKEN_PRODUCTION_DECODE, ids=case_id)
+def test_gpu_decode_per_token_scales_production_heads(case):
+    name, options = case
+    name = f"gpu-decode-64x4-topk16-per-token-{name}"
+    args = decode_args(**options, **PER_TOKEN, **PRODUCTION_HEADS, device=DEVICE)
+    _check_per_token_scales(name, args)
+    check_gpu(name, vllm_ops.minimax_m3_sparse_attn_decode, args, vllm_decode_reference)
+
+
+def _new_scale_values(args, seed):
+    """Every slot's per-token scale times 2 ** U(-1, 1), written in place (the tensors a
+    captured graph holds); returns the old values."""
+    generator = torch.Generator().manual_seed(seed)
+    old = {}
+    for key in ("k_scale", "v_scale"):
+        old[key] = args[key].clone()
+        factor = torch.exp2(torch.rand(args[key].shape, generator=generator) * 2 - 1)
+        args[key].mul_(factor.to(args[key].device))
+    return old
+
+
 @pytest.mark.parametrize("op_name", ["prefill", "decode"])
-def test_gpu_per_token_scales_raise_not_implemented(op_name):
-    """The integration maps per-token scales onto flashmsa's, which the Hopper kernels do not
-    run yet: flashmsa refuses them before any work."""
-    name = f"gpu-{op_name}-per-token-scales"
+def test_gpu_per_token_scales_graph_replay_reads_them_in_place(op_name):
+    """One call with per-token scales captured in a CUDA graph (MiniMax-M3 heads): the replay
+    equals the eager call bitwise; after new values are written into the captured k_scale /
+    v_scale, the replay equals an eager call on them bitwise, differs from the first result,
+    and is right against the vLLM evaluation of the new values."""
+    name = f"gpu-{op_name}-per-token-scales-graph"
     if op_name == "prefill":
-        args = prefill_args([4], [100], cache_dtype=torch.float8_e4m3fn, device=DEVICE)
-        op = vllm_ops.minimax_m3_sparse_attn
+        op, evaluate = vllm_ops.minimax_m3_sparse_attn, vllm_prefill_reference
+        args = prefill_args([200, 64], [2000, 9000], **PER_TOKEN, **PRODUCTION_HEADS, seed=51,
+                            device=DEVICE)
     else:
-        args = decode_args([100, 300], cache_dtype=torch.float8_e4m3fn, device=DEVICE)
-        op = vllm_ops.minimax_m3_sparse_attn_decode
-    slots = args["kv_cache"].shape[0] * BLOCK
-    args["k_scale"] = torch.ones(NUM_KV_HEADS, slots, device=DEVICE)
-    args["v_scale"] = torch.ones(NUM_KV_HEADS, slots, device=DEVICE)
+        op, evaluate = vllm_ops.minimax_m3_sparse_attn_decode, vllm_decode_reference
+        args = decode_args([20000, 4097, 1000, 129, 0], decode_query_len=2, **PER_TOKEN,
+                           **PRODUCTION_HEADS, seed=52, device=DEVICE)
+    _check_per_token_scales(name, args)
     output = torch.full_like(args["q"], math.nan)
-    with pytest.raises(NotImplementedError, match="k_scale") as raised:
-        op(**args, output=output)
-    assert "one-element" in str(raised.value), f"[{name}] the error does not say what works"
+
+    def call():
+        return op(**args, output=output)
+
+    def eager(op_, call_args, out):
+        return op_(**call_args, output=out)
+
+    graph, captured = capture_graph(name, call)
+    assert captured is output, f"[{name}] the captured call did not return its output tensor"
+    replay(name, graph, [captured])
+    first = captured.clone()
+    assert_bitwise(name, "replay vs eager", first, run_integration(op, args, name, call=eager))
+    check_against_vllm(name, first, evaluate(args))
+
+    _new_scale_values(args, seed=53)
+    replay(name, graph, [captured])
+    replayed = captured.clone()
+    want = run_integration(op, args, name, call=eager)
     synchronize(name)
-    assert bool(output.isnan().all()), f"[{name}] output was written before the error"
+    assert_bitwise(name, "replay after new scale values vs eager on them", replayed, want)
+    assert not torch.equal(replayed, first), (
+        f"[{name}] new scale values left the replayed output unchanged")
+    check_against_vllm(f"{name}-new-scales", replayed, evaluate(args))
