@@ -17,3 +17,13 @@ for f in fp8_token_scales contract one_token decode determinism layouts quantize
   echo "$f rc=$rc $(tail -1 /tmp/t_$f.log)" >> $OUT/suite.log
   { echo "=== $f rc=$rc"; cat /tmp/t_$f.log; } >> $OUT/suite_full.log
 done
+# pipelined_tree_*.log: one call on 58d2953's tree with tile_token_entries fixed and the fp8
+# prefill conversion one block ahead (not kept), bf16 instantiations as b6ff724's in source:
+#   tests_fp8_causal (150 passed), prefill fp8 (aggregate 70.5, the design not kept), prefill
+#   bf16 beside cuDNN (146.1 / 670.5), decode fp8 (the runtime token-scale test in the loop:
+#   b64 54.56 us, removed by b6ff724's own instantiation), decode bf16.
+timeout -s KILL 190 python3 -m pytest -q -x tests/gpu/test_gpu_fp8_kv.py tests/gpu/test_gpu_causal_entry_limit.py > $OUT/tests_fp8_causal.log 2>&1
+timeout -s KILL 80 python3 -m bench.prefill --quick --kv-dtype fp8 --sizes 8192,32768,131072 --impls msa --production-impls msa --out /tmp/p8 > $OUT/prefill_fp8.log 2>&1
+timeout -s KILL 95 python3 -m bench.prefill --quick --sizes 8192,32768,131072 --impls msa,sdpa_cudnn --production-impls msa,sdpa_cudnn --out /tmp/p16 > $OUT/prefill_bf16.log 2>&1
+timeout -s KILL 50 python3 -m bench.decode --quick --kv-dtype fp8 --out /tmp/d8 > $OUT/decode_fp8.log 2>&1
+timeout -s KILL 55 python3 -m bench.decode --quick --out /tmp/d16 > $OUT/decode_bf16.log 2>&1
