@@ -3,12 +3,17 @@
 # suite, and the benchmarks, each under a `timeout` so the whole run fits the machine's
 # 10-minute command; a failing step is recorded and the next one still runs.
 #
-#   scripts/gpu_check.sh [all|tests|bench|prefill|decode|timeline|tune|study|sass] [pytest args...]
+#   scripts/gpu_check.sh [all|tests|bench|prefill|decode|engine|wheel|timeline|tune|study|sass]
+#                        [pytest args...]
 #
 #   all (default)  sass + tests + prefill (quick) + decode (quick)
 #   tests          sass + tests; extra args go to pytest (e.g. -k decode, --lf)
 #   bench          sass + prefill (quick) + decode (quick)
 #   prefill|decode sass + that benchmark, all of its cases (not --quick)
+#   engine         sass + the vLLM entry points against the direct call, and mixed chunked-prefill
+#                  batches against single requests (both --quick)
+#   wheel          the wheel in dist/ (built where nvcc is, carried) installed with --no-deps into
+#                  a fresh directory, and the examples run on CUDA through it alone
 #   timeline       sass + scripts/timeline.py on the timeline build (TIMELINE_LIBRARY)
 #   tune           sass + scripts/kernel_smoke.py --tune $TUNE_ARGS (launch overrides)
 #   study          sass + tests + timeline + tune: a decode change's first run
@@ -20,16 +25,18 @@
 # TIMELINE_LIBRARY (default build-timeline/libflashmsa.so, configured -DFLASHMSA_TIMELINE=ON),
 # TUNE_ARGS (launch overrides to sweep, flashmsa.testing.FIELDS: e.g. "splits=1,4 decode_kernel=0,2").
 # Files written under $OUT (the device machine returns at most 8): sass_summary.txt,
-# gpu_tests.log, bench.log, prefill.{csv,json,png}, decode.{csv,json}, timeline.log, tune.log.
+# gpu_tests.log, bench.log, prefill.{csv,json,png}, decode.{csv,json}, timeline.log, tune.log,
+# vllm_entry.{csv,json}, mixed_prefill.{csv,json}, wheel.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 mode=${1:-all}
 [ $# -gt 0 ] && shift
 case "$mode" in
-  all|tests|bench|prefill|decode|timeline|tune|study|sass) ;;
+  all|tests|bench|prefill|decode|engine|wheel|timeline|tune|study|sass) ;;
   -*) set -- "$mode" "$@"; mode=all ;;
-  *) echo "usage: $0 [all|tests|bench|prefill|decode|timeline|tune|study|sass] [pytest args...]" >&2
+  *) echo "usage: $0 [all|tests|bench|prefill|decode|engine|wheel|timeline|tune|study|sass]" \
+          "[pytest args...]" >&2
      exit 2 ;;
 esac
 
@@ -130,11 +137,12 @@ run_bench() {  # run_bench NAME MODULE DEFAULT_TIMEOUT OPTIONS
     python3 -m "$2" --out "$OUT" $4 2>&1 | tee -a "$OUT/bench.log"
   rc=${PIPESTATUS[0]}
   local line
-  if [ "$1" = prefill ]; then
-    line=$(grep -E "^production-weighted aggregate msa" "$OUT/bench.log" | tail -n 1)
-  else
-    line=$(grep -E "^decode suite full" "$OUT/bench.log" | tail -n 1)
-  fi
+  case "$1" in
+    prefill) line=$(grep -E "^production-weighted aggregate msa" "$OUT/bench.log" | tail -n 1) ;;
+    decode) line=$(grep -E "^decode suite full" "$OUT/bench.log" | tail -n 1) ;;
+    vllm_entry) line=$(grep -E "^entry points within" "$OUT/bench.log" | tail -n 1) ;;
+    mixed_prefill) line=$(grep -E "^aggregate: mixes" "$OUT/bench.log" | tail -n 1) ;;
+  esac
   record "$1" "$(status_of "$rc")" $(( $(date +%s) - t0 )) "${line:-see bench.log}"
 }
 
@@ -150,6 +158,36 @@ run_script() {  # run_script NAME DEFAULT_TIMEOUT LOG command...: a diagnostic s
   timeout --signal=INT --kill-after=15 "$limit" "$@" 2>&1 | tee "$OUT/$log"
   rc=${PIPESTATUS[0]}
   record "$name" "$(status_of "$rc")" $(( $(date +%s) - t0 )) "see $log"
+}
+
+# The wheel alone: installed with --no-deps (PyTorch is the machine's) into a fresh directory,
+# imported from there with FLASHMSA_LIBRARY unset, so the library that runs is the wheel's.
+run_wheel() {
+  local t0=$(date +%s) whl target=/tmp/flashmsa_wheel limit rc
+  whl=$(ls dist/flashmsa-*.whl 2>/dev/null | head -n 1)
+  if [ -z "$whl" ]; then
+    record wheel SKIP 0 "no dist/flashmsa-*.whl (build it where nvcc is and carry it)"
+    return
+  fi
+  limit=$(step_timeout "${WHEEL_TIMEOUT:-240}")
+  rm -rf "$target"
+  echo "== wheel $whl (timeout ${limit}s a step)"
+  {
+    env -u FLASHMSA_LIBRARY timeout "$limit" \
+      python3 -m pip install --no-deps --no-index --target "$target" "$whl" &&
+    env -u FLASHMSA_LIBRARY PYTHONPATH="$target" timeout 120 python3 - "$target" <<'PY' &&
+import sys
+import flashmsa
+print("flashmsa from", flashmsa.__file__, "has_cuda", flashmsa.has_cuda())
+sys.exit(0 if flashmsa.__file__.startswith(sys.argv[1]) and flashmsa.has_cuda() else 1)
+PY
+    env -u FLASHMSA_LIBRARY PYTHONPATH="$target" timeout "$limit" \
+      python3 examples/decode_step_graph.py --device cuda &&
+    env -u FLASHMSA_LIBRARY PYTHONPATH="$target" timeout "$limit" \
+      python3 examples/chunked_prefill.py --device cuda
+  } 2>&1 | tee "$OUT/wheel.log"
+  rc=${PIPESTATUS[0]}
+  record wheel "$(status_of "$rc")" $(( $(date +%s) - t0 )) "$(basename "$whl"), see wheel.log"
 }
 
 run_timeline() {
@@ -173,6 +211,9 @@ case "$mode" in
            run_bench decode bench.decode "${DECODE_TIMEOUT:-190}" "--quick ${DECODE_ARGS:-}" ;;
   prefill) run_bench prefill bench.prefill "${PREFILL_TIMEOUT:-550}" "${PREFILL_ARGS:-}" ;;
   decode)  run_bench decode bench.decode "${DECODE_TIMEOUT:-550}" "${DECODE_ARGS:-}" ;;
+  engine)  run_bench vllm_entry bench.vllm_entry "${ENTRY_TIMEOUT:-240}" "--quick"
+           run_bench mixed_prefill bench.mixed_prefill "${MIXED_TIMEOUT:-300}" "--quick" ;;
+  wheel)   run_wheel ;;
   timeline) run_timeline ;;
   tune)    run_tune ;;
   study)   run_tests 280 "$@"
