@@ -335,6 +335,17 @@ def paged_rows_call(call: dict, rows: torch.Tensor) -> dict:
     return {**call, "k": k[pages], "v": v[pages], "page_table": new_table.to(table.dtype)}
 
 
+def run_checked(args, run, failures) -> None:
+    """A benchmark's main: rows = run(args) under args' launch overrides; exit status 1, the
+    reasons on stderr, when failures(rows) names any."""
+    with launch_overrides(args.launch_overrides):
+        rows = run(args)
+    bad = failures(rows)
+    if bad:
+        print("FAILED:\n  " + "\n  ".join(bad), file=sys.stderr)
+        sys.exit(1)
+
+
 def check_note(rel_l2: float) -> str:
     """Contract section 7's relative bound on the sampled rows."""
     return "" if rel_l2 < 1e-2 else f"CHECK FAILED (sampled rel L2 {rel_l2:.2e})"

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import random
-import sys
 from dataclasses import dataclass
 
 import torch
@@ -255,13 +254,7 @@ def failures(rows: list) -> list:
 
 
 def main():
-    args = parse_args()
-    with common.launch_overrides(args.launch_overrides):
-        rows = run(args)
-    bad = failures(rows)
-    if bad:
-        print("FAILED:\n  " + "\n  ".join(bad), file=sys.stderr)
-        sys.exit(1)
+    common.run_checked(parse_args(), run, failures)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,6 @@
 #include "flashmsa/flashmsa.h"
 #include "flashmsa/flashmsa_testing.h"
 
-// The library is built with hidden visibility; only the functions of the C ABI are exported.
-#define FLASHMSA_API extern "C" __attribute__((visibility("default")))
-
 namespace flashmsa {
 namespace {
 

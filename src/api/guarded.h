@@ -1,10 +1,15 @@
 // The guard of every C entry point: one thread-local last-error text for the whole library
-// (flashmsa_last_error), whichever file of src/api/ defines the entry point.
+// (flashmsa_last_error), whichever file of src/api/ defines the entry point; and the export
+// macro they are defined with.
 #pragma once
 
 #include <functional>
 
 #include "flashmsa/flashmsa.h"
+
+// What the library exports: the C entry points, with default visibility in a library built with
+// hidden visibility.
+#define FLASHMSA_API extern "C" __attribute__((visibility("default")))
 
 namespace flashmsa {
 

@@ -6,23 +6,20 @@
 // Each (row, head) is computed from its own inputs alone, in state order, so the result depends
 // neither on the thread count nor on how rows are shared out: it is deterministic.
 #include <stdint.h>
-#include <string.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "api/field_checks.h"
 #include "api/guarded.h"
 #include "common/error.h"
 #include "common/float16.h"
 #include "cpu/parallel.h"
 #include "flashmsa/flashmsa.h"
-
-#define FLASHMSA_API extern "C" __attribute__((visibility("default")))
 
 namespace flashmsa {
 namespace {
@@ -30,32 +27,6 @@ namespace {
 // Below this many output elements a call runs on the calling thread: starting threads costs
 // more than merging a decode batch.
 constexpr int64_t kElementsPerThread = int64_t{1} << 16;
-
-template <typename T>
-[[noreturn]] void fail_field(const std::string& field, const std::string& expected,
-                             const T& value) {
-  std::ostringstream message;
-  message << field << ": expected " << expected << ", got " << value;
-  fail_invalid(message.str());
-}
-
-// An enum field as the raw int a C caller stored (loading an out-of-range value through the C++
-// enum type would be undefined behaviour).
-template <typename Enum>
-int raw_enum(const Enum& field) {
-  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized on supported ABIs");
-  int value;
-  memcpy(&value, &field, sizeof(value));
-  return value;
-}
-
-void require_pointer(const void* pointer, const std::string& field, const std::string& why) {
-  if (pointer == nullptr) fail_invalid(field + ": must not be NULL " + why);
-}
-
-void require_non_negative(int64_t value, const char* field) {
-  if (value < 0) fail_field(field, "a size >= 0", value);
-}
 
 std::string indexed(const char* field, int64_t i) {
   return std::string(field) + "[" + std::to_string(i) + "]";

@@ -6,12 +6,11 @@
 // so "required" below means "required when the tensor has elements".
 #include "api/validate.h"
 
-#include <string.h>
 
 #include <cmath>
-#include <sstream>
 #include <string>
 
+#include "api/field_checks.h"
 #include "common/error.h"
 #include "common/nvfp4.h"
 
@@ -21,43 +20,8 @@ namespace {
 constexpr int64_t kSupportedHeadDim = 128;
 constexpr int64_t kMaxTopk = 64;
 
-// Builds "field: expected <expected>, got <value>".
-template <typename T>
-[[noreturn]] void fail_field(const char* field, const std::string& expected, const T& value) {
-  std::ostringstream message;
-  message << field << ": expected " << expected << ", got " << value;
-  fail_invalid(message.str());
-}
-
-void require_pointer(const void* pointer, const char* field, const std::string& why) {
-  if (pointer == nullptr) fail_invalid(std::string(field) + ": must not be NULL " + why);
-}
-
-void require_null(const void* pointer, const char* field, const std::string& why) {
-  if (pointer != nullptr) fail_invalid(std::string(field) + ": must be NULL " + why);
-}
-
-void require_non_negative(int64_t value, const char* field) {
-  if (value < 0) fail_field(field, "a size >= 0", value);
-}
-
-void require_flag(int32_t value, const char* field) {
-  if (value != 0 && value != 1) fail_field(field, "0 or 1", value);
-}
-
 void require_finite(float value, const char* field) {
   if (!std::isfinite(value)) fail_field(field, "a finite value", value);
-}
-
-// The raw integer in an enum field. A C caller (ctypes, say) may store any int there, and
-// loading an out-of-range value through the C++ enum type is undefined behaviour, so the
-// validation reads enum fields through this and only the backends use them as enums.
-template <typename Enum>
-int raw_enum(const Enum& field) {
-  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized on supported ABIs");
-  int value;
-  memcpy(&value, &field, sizeof(value));
-  return value;
 }
 
 std::string dtype_name(int dtype) {

@@ -12,8 +12,9 @@
 // row occupies the same 128 bytes as the fp8 row. Converted chunk c' of panel 1 (dims 64 + 8c'
 // ..) lands at swizzled position c' ^ (row % 8), where fp8 chunk c' (dims 16c' ..) sits; it is
 // written after dims 64 + 8c' .. + 7 are read, and 64 + 8c' >= 16c' + 15 for every c' <= 7, so
-// that fp8 chunk was read already. The consumers convert (prefill_kernel's warpgroups, the
-// decode kernel's warps, each what it reads), between a stage's landing and their first read.
+// that fp8 chunk was read already. The consumers convert, between a stage's landing and their
+// first read: prefill_kernel's warpgroups both operands, the one-token consumer's warps V (they
+// take K's fp8 bytes into their products in registers, decode_consumer.cuh: warp_scores_fp8).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -66,25 +67,21 @@ __device__ __forceinline__ uint32_t convert_e4m3_word_half(uint32_t four_e4m3) {
 // Eight E4M3 values (two words, element 0 lowest) as one 16-byte chunk of Element.
 template <typename Element>
 __device__ __forceinline__ uint4 convert_e4m3_chunk(uint32_t low, uint32_t high) {
-  if constexpr (std::is_same_v<Element, __half>) {
-    return make_uint4(e4m3_pair_to_half2(low & 0xffffu), e4m3_pair_to_half2(low >> 16),
-                      e4m3_pair_to_half2(high & 0xffffu), e4m3_pair_to_half2(high >> 16));
-  } else {
-    constexpr uint32_t kBytes01 = 0x1404, kBytes23 = 0x3424;
-    return make_uint4(e4m3_pair_to_bfloat162<kBytes01>(low), e4m3_pair_to_bfloat162<kBytes23>(low),
-                      e4m3_pair_to_bfloat162<kBytes01>(high),
-                      e4m3_pair_to_bfloat162<kBytes23>(high));
-  }
+  return make_uint4(convert_e4m3_word_half<Element, true>(low),
+                    convert_e4m3_word_half<Element, false>(low),
+                    convert_e4m3_word_half<Element, true>(high),
+                    convert_e4m3_word_half<Element, false>(high));
 }
 
 // Row `row` of a landed fp8 stage, rewritten in place as Element (see the file comment), eight
-// dims (half an fp8 chunk, one converted chunk) a piece, kPiecesInFlight pieces unrolled so that
-// their loads overlap their conversions.
-template <typename Element, int kPiecesInFlight = 16>
+// dims (half an fp8 chunk, one converted chunk) a piece, four pieces unrolled so that their
+// loads overlap their conversions: the accumulators, live across this, leave the consumers few
+// registers.
+template <typename Element>
 __device__ __forceinline__ void convert_fp8_row(uint8_t* stage, int row) {
   const int swizzle = row % 8;
   const uint8_t* fp8_row = stage + kKvPanelBytes + row * 128;
-#pragma unroll kPiecesInFlight
+#pragma unroll 4
   for (int piece = 0; piece < 16; ++piece) {
     const uint2 packed = *reinterpret_cast<const uint2*>(
         fp8_row + (((piece / 2) ^ swizzle) * 16) + (piece % 2) * 8);
@@ -98,18 +95,17 @@ __device__ __forceinline__ void convert_fp8_row(uint8_t* stage, int row) {
 // which both read all of them (wgmma), a row a thread: one warpgroup rewrites K's rows then V's;
 // two split them, warpgroup 0 K, warpgroup 1 V. Then every writer fences its stores into the
 // async proxy (wgmma reads them) and the warpgroups meet at one barrier, after which both stages
-// are q's dtype in the native layout. Four pieces of a row in flight: the accumulators, live
-// across this, leave the consumers few registers.
+// are q's dtype in the native layout.
 template <typename Element, int kConsumers>
 __device__ __forceinline__ void convert_block_by_consumers(uint8_t* k_stage, uint8_t* v_stage) {
   const int thread = threadIdx.x - 128;  // 0 .. 128 * kConsumers - 1
   if constexpr (kConsumers == 1) {
-    convert_fp8_row<Element, 4>(k_stage, thread);
-    convert_fp8_row<Element, 4>(v_stage, thread);
+    convert_fp8_row<Element>(k_stage, thread);
+    convert_fp8_row<Element>(v_stage, thread);
     fence_proxy_async_shared();
     named_barrier_sync(kConsumerBarrier, 128);
   } else {
-    convert_fp8_row<Element, 4>(thread < 128 ? k_stage : v_stage, thread % 128);
+    convert_fp8_row<Element>(thread < 128 ? k_stage : v_stage, thread % 128);
     fence_proxy_async_shared();
     named_barrier_sync(kBothConsumersBarrier, 256);
   }

@@ -44,8 +44,7 @@ struct MmaAtoms<__half> {
 
 // The 64-register accumulator of an m64n128 wgmma, per thread: element 4*j + 2*h + c sits at
 // row (warp % 4) * 16 + lane / 4 + 8 * h, column 8 * j + 2 * (lane % 4) + c.
-constexpr int kAccumulatorValues = 64;
-using Accumulator = float[kAccumulatorValues];
+using Accumulator = float[64];
 
 template <typename Atom, size_t... I>
 __device__ __forceinline__ void wgmma_ss(uint64_t a, uint64_t b, Accumulator& d,

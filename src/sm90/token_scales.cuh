@@ -45,8 +45,15 @@ __device__ __forceinline__ int64_t block_first_slot(const AttentionParams& p, in
   return p.is_paged ? static_cast<int64_t>(coord) * kBlockKeys : static_cast<int64_t>(coord);
 }
 
-// The scales of this thread's columns first_column + 8 j + 2 (lane % 4) + c (element 2 j + c) of
-// a block whose key 0 has slot first_slot; keys at or past valid_keys (the request's end) get 0.
+// The scale of key `column` of a block whose key 0 has slot first_slot; keys at or past
+// valid_keys (the request's end) get 0.
+__device__ __forceinline__ float column_scale(const TokenScaleRow& row, int64_t first_slot,
+                                              int column, int valid_keys) {
+  const int64_t slot = first_slot + column;
+  return column < valid_keys && slot < row.slots ? __ldg(row.scales + slot) : 0.f;
+}
+
+// The scales of this thread's columns first_column + 8 j + 2 (lane % 4) + c (element 2 j + c).
 template <int kColumns>
 __device__ __forceinline__ void load_column_scales(const TokenScaleRow& row, int64_t first_slot,
                                                    int first_column, int valid_keys,
@@ -56,10 +63,7 @@ __device__ __forceinline__ void load_column_scales(const TokenScaleRow& row, int
   for (int j = 0; j < kColumns / 2; ++j) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int column = base + 8 * j + c;
-      const int64_t slot = first_slot + column;
-      scale[2 * j + c] =
-          column < valid_keys && slot < row.slots ? __ldg(row.scales + slot) : 0.f;
+      scale[2 * j + c] = column_scale(row, first_slot, base + 8 * j + c, valid_keys);
     }
   }
 }
@@ -89,10 +93,7 @@ __device__ __forceinline__ void scale_columns_by_row(float (&s)[kScores], const 
   for (int j = 0; j < kScores / 4; ++j) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int column = base + 8 * j + c;
-      const int64_t slot = first_slot + column;
-      const float scale =
-          column < valid_keys && slot < row.slots ? __ldg(row.scales + slot) : 0.f;
+      const float scale = column_scale(row, first_slot, base + 8 * j + c, valid_keys);
       s[4 * j + c] *= scale;
       s[4 * j + 2 + c] *= scale;
     }

@@ -2,14 +2,13 @@
 pages, 1, 2 or 8 query tokens per request, ragged KV lengths (below 128, not multiples of 128,
 zero), each compared with the CPU backend and the fp64 reference; and a decode step captured once
 in a CUDA graph, replayed on new inputs copied into its buffers, equal to eager bitwise."""
-import math
 
 import pytest
 import torch
 
 import flashmsa
-from gpu_harness import (DEVICE, DTYPES, assert_bitwise, capture_graph, check_gpu_result,
-                         dtype_id, garbage_indices, make_case, replay, run_gpu)
+from gpu_harness import (DEVICE, DTYPES, assert_bitwise, check_gpu_result, dtype_id,
+                         garbage_indices, make_case, replay_on_new_inputs, run_gpu)
 
 HEADS = dict(num_qo_heads=64, num_kv_heads=4, topk=16)
 # KV lengths drawn for ragged batches: empty, below one block, around block edges, long.
@@ -181,23 +180,7 @@ def test_decode_graph_replay_with_new_inputs(batch, qlen, scratch, dtype):
     step_b = decode_case(batch, qlen, dtype, seed=92, lengths=lengths_b)
     name = f"graph-new-inputs-{scratch}-{step_b.name}"
     workspace = flashmsa.MSASparseAttentionWorkspace(DEVICE) if scratch == "workspace" else None
-    static = step_a.gpu
-    for key, value in step_b.gpu.items():
-        if isinstance(value, torch.Tensor):
-            assert value.shape == static[key].shape, f"[{name}] {key} shapes differ"
-    run_gpu(step_a, workspace=workspace)                # warms the workspace eagerly
-    out = torch.full_like(static["q"], math.nan)
-
-    def call():
-        return flashmsa.msa_sparse_attention(**static, out=out, return_temperature_lse=True,
-                                             workspace=workspace)
-
-    graph, captured = capture_graph(name, call)
-    for key, value in step_b.gpu.items():
-        if isinstance(value, torch.Tensor):
-            static[key].copy_(value)
-    replay(name, graph, captured)
-    eager_b = run_gpu(step_b, workspace=workspace)
+    captured, eager_b = replay_on_new_inputs(name, step_a, step_b, workspace)
     for what, got, want in zip(("out", "lse", "lse_t"), captured, eager_b):
         assert_bitwise(name, f"replay on new inputs: {what} vs eager", got, want)
     step_b.name = name

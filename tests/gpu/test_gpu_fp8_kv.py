@@ -37,8 +37,8 @@ import test_cpu_backend
 import test_gpu_int32_limits as gpu_limits
 import test_int32_limits as limits
 from gpu_harness import (DEVICE, Case, assert_bitwise, capture_graph, check_gpu_result,
-                         check_inputs_unchanged, dtype_id, garbage_indices, replay, run_gpu,
-                         synchronize)
+                         check_inputs_unchanged, dtype_id, garbage_indices, replay, replay_on_new_inputs,
+                         run_gpu, synchronize)
 from msa_inputs import FP8_K_GLOBAL_SCALE, FP8_V_GLOBAL_SCALE, build_case
 
 pytestmark = pytest.mark.kv_quant_gpu
@@ -706,23 +706,7 @@ def test_decode_graph_replay_with_new_inputs(batch, qlen, scratch, dtype):
     step_b = decode_case(batch, qlen, dtype=dtype, seed=492, lengths=lengths_b)
     name = f"graph-new-inputs-{scratch}-{step_b.name}"
     workspace = flashmsa.MSASparseAttentionWorkspace(DEVICE) if scratch == "workspace" else None
-    static = step_a.gpu
-    for key, value in step_b.gpu.items():
-        if isinstance(value, torch.Tensor):
-            assert value.shape == static[key].shape, f"[{name}] {key} shapes differ"
-    run_gpu(step_a, workspace=workspace)                # warms the workspace eagerly
-    out = torch.full_like(static["q"], math.nan)
-
-    def call():
-        return flashmsa.msa_sparse_attention(**static, out=out, return_temperature_lse=True,
-                                             workspace=workspace)
-
-    graph, captured = capture_graph(name, call)
-    for key, value in step_b.gpu.items():
-        if isinstance(value, torch.Tensor):
-            static[key].copy_(value)
-    replay(name, graph, captured)
-    eager_b = run_gpu(step_b, workspace=workspace)
+    captured, eager_b = replay_on_new_inputs(name, step_a, step_b, workspace)
     assert_same(name, "replay on new inputs vs eager", captured, eager_b)
     step_b.name = name
     check_gpu_result(step_b, eager_b)

@@ -459,7 +459,7 @@ def test_tail_entries_change_the_result_when_read():
     row (no -1 written after vLLM's count) gives a different result."""
     name = "prefill-tail-read-by-plain-flashmsa"
     args = prefill_args([90, 60], [0, 200], tail="visible_blocks", seed=6)
-    output = check_prefill(name, args)
+    check_prefill(name, args)
     d = HEAD_DIM
     whole_rows = flashmsa.msa_sparse_attention(
         args["q"], args["kv_cache"][..., :d], args["kv_cache"][..., d:], args["topk_idx"],

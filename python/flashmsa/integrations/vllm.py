@@ -178,8 +178,11 @@ def _check_output(output, q):
 
 
 def _topk_rows(topk_idx, num_kv_heads, total_q):
-    """topk_idx (num_kv_heads, >= total_q, topk) -> its first total_q rows (a view): vLLM's
-    kernels read only those."""
+    """topk_idx (num_kv_heads, >= total_q, topk) -> its first total_q rows as int32: a view of
+    an int32 tensor (vLLM's kernels read only those rows); another integer dtype is converted on
+    the device, wrapping an int64 id as vLLM's .to(tl.int32) does. Which entries of a row are
+    read, vLLM's rule, is the kernels' causal entry limit (causal_entry_limit=True): entry c is
+    read iff 128 * c <= p, p the row's position."""
     _require_tensor("topk_idx", topk_idx)
     if (topk_idx.dim() != 3 or topk_idx.shape[0] != num_kv_heads
             or topk_idx.shape[1] < total_q):
@@ -188,7 +191,7 @@ def _topk_rows(topk_idx, num_kv_heads, total_q):
     if topk_idx.dtype not in _INTEGER_DTYPES:
         raise ValueError(f"topk_idx must have an integer dtype (int32), got "
                          f"{_dtype_name(topk_idx.dtype)}")
-    return topk_idx[:, :total_q]
+    return topk_idx[:, :total_q].to(torch.int32)
 
 
 def _block_table_rows(block_table, num_requests, device):
@@ -202,16 +205,8 @@ def _block_table_rows(block_table, num_requests, device):
 
 
 # ---------------------------------------------------------------------------------------------
-# vLLM's reading of topk_idx, and the metadata of uniform decode batches.
+# The metadata of uniform decode batches.
 # ---------------------------------------------------------------------------------------------
-
-def _index_rows(topk_idx):
-    """topk_idx as flashmsa reads it: int32 (a view when it is int32 already; another integer
-    dtype is converted on the device, wrapping an int64 id as vLLM's .to(tl.int32) does).
-    Which entries a row reads, vLLM's rule, is the kernels' causal entry limit
-    (causal_entry_limit=True): entry c is read iff 128 * c <= p, p the row's position."""
-    return topk_idx if topk_idx.dtype == torch.int32 else topk_idx.to(torch.int32)
-
 
 # cu_seqlens_q of a uniform decode batch (0, n, 2n, ...): a view of one cached vector per
 # (device, n), so that a replayed decode step runs no kernel to make it. The cache grows only
@@ -233,6 +228,16 @@ def _uniform_query_starts(num_reqs, query_len, device):
             return fresh[:num_reqs + 1]
         _UNIFORM_STARTS[(device, query_len)] = starts = fresh
     return starts[:num_reqs + 1]
+
+
+def _cache_and_scales(q, kv_cache, num_kv_heads, output, k_scale, v_scale):
+    """The checks both ops start with; returns the cache's K and V halves and flashmsa's scale
+    arguments."""
+    _check_q(q)
+    _check_num_kv_heads(num_kv_heads, q)
+    _check_output(output, q)
+    k, v = _packed_cache_halves(kv_cache, q, num_kv_heads)
+    return k, v, _fp8_scales(kv_cache, k_scale, v_scale, num_kv_heads, output.device)
 
 
 def _no_requests(output):
@@ -285,13 +290,9 @@ def minimax_m3_sparse_attn(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq
       applies the scales in fp32 to the scores and to the output (contract section 6): results
       differ by rounding only.
     """
-    _check_q(q)
-    _check_num_kv_heads(num_kv_heads, q)
-    _check_output(output, q)
+    k, v, scales = _cache_and_scales(q, kv_cache, num_kv_heads, output, k_scale, v_scale)
     device = q.device
     total_q = q.shape[0]
-    k, v = _packed_cache_halves(kv_cache, q, num_kv_heads)
-    scales = _fp8_scales(kv_cache, k_scale, v_scale, num_kv_heads, output.device)
     cu_seqlens_q = _int32_metadata("cu_seqlens_q", cu_seqlens_q, (None,), "(batch + 1,)", device)
     batch = cu_seqlens_q.shape[0] - 1
     if batch < 1:
@@ -303,7 +304,7 @@ def minimax_m3_sparse_attn(q, kv_cache, topk_idx, block_table, cu_seqlens_q, seq
     topk_idx = _topk_rows(topk_idx, num_kv_heads, total_q)
 
     return msa_sparse_attention(
-        q, k, v, _index_rows(topk_idx), cu_seqlens_q, causal=True,
+        q, k, v, topk_idx, cu_seqlens_q, causal=True,
         softmax_scale=float(sm_scale), page_table=block_table, seqused_k=seq_lens,
         q_offset=prefix_lens, workspace=workspace, out=output, causal_entry_limit=True,
         **scales)
@@ -347,13 +348,9 @@ def minimax_m3_sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, 
       row that reads no key) are written with 0; vLLM's split-K merge leaves NaN in them;
     - fp8 scales apply in fp32 (as for prefill).
     """
-    _check_q(q)
-    _check_num_kv_heads(num_kv_heads, q)
-    _check_output(output, q)
+    k, v, scales = _cache_and_scales(q, kv_cache, num_kv_heads, output, k_scale, v_scale)
     device = q.device
     total_q = q.shape[0]
-    k, v = _packed_cache_halves(kv_cache, q, num_kv_heads)
-    scales = _fp8_scales(kv_cache, k_scale, v_scale, num_kv_heads, output.device)
     _require_tensor("seq_lens", seq_lens)
     if seq_lens.dim() != 1:
         raise ValueError(f"seq_lens must have shape (num_reqs,), got {tuple(seq_lens.shape)}")
@@ -384,6 +381,6 @@ def minimax_m3_sparse_attn_decode(q, kv_cache, topk_idx, block_table, seq_lens, 
 
     # q_offset=None: flashmsa's end-aligned positions, seq_lens[r] - query_len[r] + i, are vLLM's.
     return msa_sparse_attention(
-        q, k, v, _index_rows(topk_idx), cu_seqlens_q, causal=True,
+        q, k, v, topk_idx, cu_seqlens_q, causal=True,
         softmax_scale=float(sm_scale), page_table=block_table, seqused_k=seq_lens,
         workspace=workspace, out=output, causal_entry_limit=True, **scales)
