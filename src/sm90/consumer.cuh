@@ -224,6 +224,11 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
     if constexpr (kConverts) {
       mbarrier_wait(&smem.header().v_full[stage], phase);
+      if constexpr (kTokenScales) {
+        stage_block_token_scales<kConsumers>(
+            token_scales, smem.token_scales(stage), block_first_slot(p, smem.union_coords()[u]),
+            plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys, threadIdx.x - 128);
+      }
       convert_block_by_consumers<Element, kConsumers>(smem.k(stage), smem.v(stage));
     }
     if (!needed) {
@@ -262,18 +267,14 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     if (warp_reads) {
       float correction[2];
       if constexpr (kTokenScales) {
-        // Per-token fp8 scales: S and O hold most of the registers, so each scale is loaded
-        // where it is used.
-        const int64_t first_slot = block_first_slot(p, smem.union_coords()[u]);
-        const int valid_keys = plan.seqlen_k - block_first_key;
-        if (token_scales.k.scales != nullptr) {
-          scale_columns_by_row(s, token_scales.k, first_slot, 0, valid_keys);
-        }
+        // Per-token fp8 scales, staged with the block's rewrite (a missing one staged as 1).
+        const float* staged = smem.token_scales(stage);
+        if (token_scales.k.scales != nullptr) scale_columns_from_stage(s, staged);
         softmax.template update<Element>(
             s, visible, scales.scale_log2, p.lse_temperature, probabilities, correction,
             [&](auto& probability) {
               if (token_scales.v.scales != nullptr) {
-                scale_columns_by_row(probability, token_scales.v, first_slot, 0, valid_keys);
+                scale_columns_from_stage(probability, staged + kBlockKeys);
               }
             });
       } else {

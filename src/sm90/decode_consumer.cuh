@@ -369,16 +369,16 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
     const int stage = ring.stage;
     const uint32_t phase = ring.phase;
-    // Per-token fp8 scales of this warp's keys, loaded before K has landed.
-    float key_scales[2 * kWarpScoreTiles], value_scales[2 * kWarpScoreTiles];
+    // Per-token fp8 scales of this warp's keys, a lane's key each, loaded before K has landed.
+    float key_scale = 1.f, value_scale = 1.f;
     if constexpr (kTokenScales) {
       const int64_t first_slot = block_first_slot(p, smem.union_coords()[u]);
       const int valid_keys = plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys;
       if (token_scales.k.scales != nullptr) {
-        load_column_scales(token_scales.k, first_slot, first_key, valid_keys, key_scales);
+        key_scale = load_lane_key_scale(token_scales.k, first_slot, first_key, valid_keys);
       }
       if (token_scales.v.scales != nullptr) {
-        load_column_scales(token_scales.v, first_slot, first_key, valid_keys, value_scales);
+        value_scale = load_lane_key_scale(token_scales.v, first_slot, first_key, valid_keys);
       }
     }
     mbarrier_wait(&header.k_full[stage], phase);
@@ -387,7 +387,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     float s[4 * kWarpScoreTiles];
     if constexpr (is_fp8(kKv)) {
       warp_scores_fp8<Element>(smem.q(0), smem.k(stage), first_key, s);
-      if (kTokenScales && token_scales.k.scales != nullptr) scale_columns(s, key_scales);
+      if (kTokenScales && token_scales.k.scales != nullptr) scale_columns_by_lanes(s, key_scale);
     } else {
       warp_scores<Element>(smem_address(smem.q(0)), smem_address(smem.k(stage)), first_key, s);
     }
@@ -413,7 +413,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       correction[h] = softmax.exponentiate_row(s, h, block_max[h], p.lse_temperature);
     }
     if constexpr (kTokenScales) {
-      if (token_scales.v.scales != nullptr) scale_columns(s, value_scales);
+      if (token_scales.v.scales != nullptr) scale_columns_by_lanes(s, value_scale);
     }
     uint32_t probabilities[2 * kWarpScoreTiles];
     OnlineSoftmax<kTemperatureLse>::template pack_probabilities<Element>(s, probabilities);

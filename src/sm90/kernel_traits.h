@@ -177,6 +177,7 @@ constexpr int kMaxMergeSplits = 64;
 struct SmemLayout {
   uint32_t q[kMaxConsumerWarpgroups];  // equal when the warpgroups share their rows
   uint32_t k, v;                       // rings of num_stages x 32 KiB
+  uint32_t token_scales;               // fp8 per-token scales: num_stages x float[2][128], or 0
   uint32_t received;                   // (num_splits - 1) x push_slot_bytes, push_reduce only
   uint32_t push_slot_bytes;            // push_slot_bytes(num_splits)
   int32_t push_slot_rows;              // push_slot_rows(num_splits)
@@ -213,6 +214,10 @@ struct Smem {
   }
   __device__ __forceinline__ uint8_t* v(int stage) const {
     return base + layout.v + stage * kKvTileBytes;
+  }
+  // A stage's per-token scales (token_scales.cuh): K's 128 keys, then V's.
+  __device__ __forceinline__ float* token_scales(int stage) const {
+    return reinterpret_cast<float*>(base + layout.token_scales) + stage * 2 * kBlockKeys;
   }
   __device__ __forceinline__ int32_t* union_blocks() const {
     return reinterpret_cast<int32_t*>(base + layout.union_blocks);

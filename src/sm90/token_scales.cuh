@@ -5,10 +5,11 @@
 //   K: the key's score column, after Q K^T (the global scale is already in scale_log2);
 //   V: the key's probability column, after the row sums took it and before it is rounded for
 //      P V, so that O accumulates P * v_scale * V.
-// A thread holds columns 8 j + 2 (lane % 4) + c of its keys (mma.cuh's accumulator layout), so it
-// loads those columns' scales: kColumns = half its scores. Slots of keys past the request's end
-// may never have been written (an engine writes a slot's scale with its key), so they read as 0,
-// not as whatever the memory holds (0 * NaN would be NaN where P is 0).
+// A thread holds columns 8 j + 2 (lane % 4) + c of its keys (mma.cuh's accumulator layout), so
+// it needs those columns' scales; each scale is loaded from global memory once per block and
+// warp (one-token consumer) or CTA (wgmma consumers, staged in shared memory). Slots of keys
+// past the request's end may never have been written (an engine writes a slot's scale with its
+// key), so they read as 0, not as whatever the memory holds (0 * NaN would be NaN where P is 0).
 #pragma once
 
 #include <stdint.h>
@@ -53,47 +54,58 @@ __device__ __forceinline__ float column_scale(const TokenScaleRow& row, int64_t 
   return column < valid_keys && slot < row.slots ? __ldg(row.scales + slot) : 0.f;
 }
 
-// The scales of this thread's columns first_column + 8 j + 2 (lane % 4) + c (element 2 j + c).
-template <int kColumns>
-__device__ __forceinline__ void load_column_scales(const TokenScaleRow& row, int64_t first_slot,
-                                                   int first_column, int valid_keys,
-                                                   float (&scale)[kColumns]) {
-  const int base = first_column + 2 * (threadIdx.x % 4);
-#pragma unroll
-  for (int j = 0; j < kColumns / 2; ++j) {
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      scale[2 * j + c] = column_scale(row, first_slot, base + 8 * j + c, valid_keys);
-    }
-  }
+// The prefill kernel's wgmma consumers stage a block's scales in shared memory beside its stage
+// (Smem::token_scales), written by the threads that rewrite its rows (kv_convert.cuh: a row a
+// thread, K's rows then V's, or warpgroup 0 K's and warpgroup 1 V's) before the barrier that
+// publishes the rewrite; each thread then reads its 32 columns' scales as 16 float2 pairs.
+// `thread`: 0 .. 128 * kConsumers - 1 of the converting threads.
+template <int kConsumers>
+__device__ __forceinline__ void stage_block_token_scales(const TokenScaleRows& rows,
+                                                         float* stage_scales, int64_t first_slot,
+                                                         int valid_keys, int thread) {
+  const int key = thread % kBlockKeys;
+  auto scale_of = [&](const TokenScaleRow& row) {
+    return row.scales == nullptr ? 1.f : column_scale(row, first_slot, key, valid_keys);
+  };
+  if (kConsumers == 1 || thread < kBlockKeys) stage_scales[key] = scale_of(rows.k);
+  if (kConsumers == 1 || thread >= kBlockKeys) stage_scales[kBlockKeys + key] = scale_of(rows.v);
 }
 
-// Accumulator values times their column's scale: element 4 j + 2 h + c is column 2 j + c.
+// Accumulator values times their column's scale from a staged row of 128 (column 8 j +
+// 2 (lane % 4) + c of element 4 j + 2 h + c).
 template <int kScores>
-__device__ __forceinline__ void scale_columns(float (&s)[kScores],
-                                              const float (&scale)[kScores / 2]) {
+__device__ __forceinline__ void scale_columns_from_stage(float (&s)[kScores],
+                                                         const float* column_scales) {
+  const int base = 2 * (threadIdx.x % 4);
 #pragma unroll
   for (int j = 0; j < kScores / 4; ++j) {
+    const float2 scale = *reinterpret_cast<const float2*>(column_scales + base + 8 * j);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) s[4 * j + 2 * h + c] *= scale[2 * j + c];
+      s[4 * j + 2 * h] *= scale.x;
+      s[4 * j + 2 * h + 1] *= scale.y;
     }
   }
 }
 
-// scale_columns with the scales loaded on the way (load_column_scales' columns and zeros): for
-// a consumer whose registers are taken by S and O, so that the loads need not all be in flight.
+// The one-token consumer's warps each score 32 keys: lane l loads key first_key + l's scale (one
+// coalesced load a warp; keys past valid_keys read 0), and each thread takes its columns'
+// scales from their lanes (column 8 j + 2 (lane % 4) + c of the warp's keys, element 4 j + 2 h +
+// c).
+__device__ __forceinline__ float load_lane_key_scale(const TokenScaleRow& row, int64_t first_slot,
+                                                     int first_key, int valid_keys) {
+  return column_scale(row, first_slot, first_key + static_cast<int>(threadIdx.x % 32),
+                      valid_keys);
+}
+
 template <int kScores>
-__device__ __forceinline__ void scale_columns_by_row(float (&s)[kScores], const TokenScaleRow& row,
-                                                     int64_t first_slot, int first_column,
-                                                     int valid_keys) {
-  const int base = first_column + 2 * (threadIdx.x % 4);
+__device__ __forceinline__ void scale_columns_by_lanes(float (&s)[kScores], float lane_scale) {
+  const int base = 2 * (threadIdx.x % 4);
 #pragma unroll
   for (int j = 0; j < kScores / 4; ++j) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const float scale = column_scale(row, first_slot, base + 8 * j + c, valid_keys);
+      const float scale = __shfl_sync(0xffffffffu, lane_scale, base + 8 * j + c);
       s[4 * j + c] *= scale;
       s[4 * j + 2 + c] *= scale;
     }

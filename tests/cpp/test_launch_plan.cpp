@@ -180,6 +180,32 @@ TEST(LaunchPlan, Fp8KvKeepsTheShapesWithoutSpeculationOrPacing) {
   EXPECT_TRUE(plan_of(kPrefill32K).speculate_first_block);
 }
 
+// Per-token fp8 scales keep fp8's plan; the prefill kernel stages a block's 2 x 128 scales per
+// stage in shared memory of its own, the decode kernel none.
+TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
+  static const float kScale = 1.0f;
+  for (const Shape& shape : {kDecodeBatch1, kDecodeBatch64, kMtpBatch32, kPrefill32K}) {
+    flashmsa_args fp8 = args_of(shape);
+    fp8.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
+    flashmsa_args scaled = fp8;
+    scaled.k_token_scale = scaled.v_token_scale = &kScale;
+    const LaunchPlan plain = plan_launch(fp8, h200(), sm90::default_tuning());
+    const LaunchPlan plan = plan_launch(scaled, h200(), sm90::default_tuning());
+    SCOPED_TRACE(name(shape));
+    EXPECT_EQ(plan.decode_kernel, plain.decode_kernel);
+    EXPECT_EQ(plan.num_consumer_warpgroups, plain.num_consumer_warpgroups);
+    EXPECT_EQ(plan.tokens_per_tile, plain.tokens_per_tile);
+    EXPECT_EQ(plan.num_splits, plain.num_splits);
+    EXPECT_EQ(plan.smem.num_stages, plain.smem.num_stages);
+    EXPECT_EQ(plan.grid_ctas, plain.grid_ctas);
+    const uint32_t staged = plan.smem.union_blocks - plan.smem.token_scales;
+    EXPECT_EQ(plan.smem.token_scales, plan.smem.v + plan.smem.num_stages * sm90::kKvTileBytes);
+    EXPECT_EQ(staged, plan.decode_kernel ? 0u : plan.smem.num_stages * 2u * 128u * 4u);
+    EXPECT_EQ(plan.smem.bytes, plain.smem.bytes + staged);
+    EXPECT_EQ(plain.smem.union_blocks, plain.smem.token_scales);
+  }
+}
+
 TEST(LaunchPlan, ShortPrefillSplitsThroughTheWorkspace) {
   // 64 tokens: 8 tiles x 4 KV heads = 32 units for 132 SMs, so four splits, merged by the merge
   // kernel from fp32 partials of every row.
