@@ -198,6 +198,16 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
   const GlobalScales scales = global_scales(p);
   constexpr bool kTokenScales = has_token_scales(kKv);
   const TokenScaleRows token_scales = token_scale_rows(p, kv_head);
+  // This thread's key's scales of the next block to stage (token_scales.cuh).
+  auto load_union_block_scales = [&](int u) {
+    return load_block_token_scales<kConsumers>(
+        token_scales, block_first_slot(p, smem.union_coords()[u]),
+        plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys, threadIdx.x - 128);
+  };
+  KeyTokenScales next_key_scales{1.f, 1.f};
+  if (kTokenScales && plan.slice_begin < plan.slice_end) {
+    next_key_scales = load_union_block_scales(plan.slice_begin);
+  }
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
   Accumulator o;
@@ -225,9 +235,9 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     if constexpr (kConverts) {
       mbarrier_wait(&smem.header().v_full[stage], phase);
       if constexpr (kTokenScales) {
-        stage_block_token_scales<kConsumers>(
-            token_scales, smem.token_scales(stage), block_first_slot(p, smem.union_coords()[u]),
-            plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys, threadIdx.x - 128);
+        store_block_token_scales<kConsumers>(next_key_scales, smem.token_scales(stage),
+                                             threadIdx.x - 128);
+        if (u + 1 < plan.slice_end) next_key_scales = load_union_block_scales(u + 1);
       }
       convert_block_by_consumers<Element, kConsumers>(smem.k(stage), smem.v(stage));
     }

@@ -58,17 +58,33 @@ __device__ __forceinline__ float column_scale(const TokenScaleRow& row, int64_t 
 // (Smem::token_scales), written by the threads that rewrite its rows (kv_convert.cuh: a row a
 // thread, K's rows then V's, or warpgroup 0 K's and warpgroup 1 V's) before the barrier that
 // publishes the rewrite; each thread then reads its 32 columns' scales as 16 float2 pairs.
-// `thread`: 0 .. 128 * kConsumers - 1 of the converting threads.
+// A converting thread loads its key's scales one block ahead (load_block_token_scales for block
+// u + 1 while block u runs) and stores them with the block's rewrite, so the load's latency is
+// off the rewrite's chain. `thread`: 0 .. 128 * kConsumers - 1 of the converting threads.
+struct KeyTokenScales {
+  float k, v;  // this thread's key's scales (1 where the call has none)
+};
+
 template <int kConsumers>
-__device__ __forceinline__ void stage_block_token_scales(const TokenScaleRows& rows,
-                                                         float* stage_scales, int64_t first_slot,
-                                                         int valid_keys, int thread) {
+__device__ __forceinline__ KeyTokenScales load_block_token_scales(const TokenScaleRows& rows,
+                                                                  int64_t first_slot,
+                                                                  int valid_keys, int thread) {
   const int key = thread % kBlockKeys;
   auto scale_of = [&](const TokenScaleRow& row) {
     return row.scales == nullptr ? 1.f : column_scale(row, first_slot, key, valid_keys);
   };
-  if (kConsumers == 1 || thread < kBlockKeys) stage_scales[key] = scale_of(rows.k);
-  if (kConsumers == 1 || thread >= kBlockKeys) stage_scales[kBlockKeys + key] = scale_of(rows.v);
+  KeyTokenScales scales{1.f, 1.f};
+  if (kConsumers == 1 || thread < kBlockKeys) scales.k = scale_of(rows.k);
+  if (kConsumers == 1 || thread >= kBlockKeys) scales.v = scale_of(rows.v);
+  return scales;
+}
+
+template <int kConsumers>
+__device__ __forceinline__ void store_block_token_scales(const KeyTokenScales& scales,
+                                                         float* stage_scales, int thread) {
+  const int key = thread % kBlockKeys;
+  if (kConsumers == 1 || thread < kBlockKeys) stage_scales[key] = scales.k;
+  if (kConsumers == 1 || thread >= kBlockKeys) stage_scales[kBlockKeys + key] = scales.v;
 }
 
 // Accumulator values times their column's scale from a staged row of 128 (column 8 j +
