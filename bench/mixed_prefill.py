@@ -178,8 +178,8 @@ def summary(rows: list) -> dict:
     timed = [r for r in rows if "ratio" in r]
     if not timed:
         return {"mixes": len(rows), "timed": 0}
-    mix = sum(r["mix_gflop"] for r in timed) / sum(r["mix_ms"] for r in timed) / 1e3
-    single = sum(r["single_gflop"] for r in timed) / sum(r["single_ms"] for r in timed) / 1e3
+    mix = sum(r["mix_gflop"] for r in timed) / sum(r["mix_ms"] for r in timed)
+    single = sum(r["single_gflop"] for r in timed) / sum(r["single_ms"] for r in timed)
     worst = min(timed, key=lambda r: r["ratio"])
     return {"mixes": len(rows), "timed": len(timed), "mix_tflops": mix, "single_tflops": single,
             "ratio": mix / single, "worst_ratio": worst["ratio"], "worst_mix": worst["mix"],

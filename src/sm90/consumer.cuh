@@ -284,7 +284,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
             s, visible, scales.scale_log2, p.lse_temperature, probabilities, correction,
             [&](auto& probability) {
               if (token_scales.v.scales != nullptr) {
-                scale_columns_from_stage(probability, staged + kBlockKeys);
+                scale_columns_from_stage(probability, staged + kStagedScaleFloats);
               }
             });
       } else {

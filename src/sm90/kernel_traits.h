@@ -174,10 +174,16 @@ constexpr int kPacingSlackZero = 9;
 constexpr int kMaxMergeSplits = 64;
 
 // Byte offsets from the 1024-aligned base of dynamic shared memory, computed by the launch plan.
+// One operand's per-token scales of a block as the prefill kernel stages them (token_scales.cuh):
+// the 128 keys' scales in four rows, one per accumulator column quad, each row's 32 scales
+// contiguous and rows 40 floats apart (16-byte aligned rows whose writes fall in distinct banks).
+constexpr int kStagedScaleRowFloats = 40;
+constexpr int kStagedScaleFloats = 4 * kStagedScaleRowFloats;
+
 struct SmemLayout {
   uint32_t q[kMaxConsumerWarpgroups];  // equal when the warpgroups share their rows
   uint32_t k, v;                       // rings of num_stages x 32 KiB
-  uint32_t token_scales;               // fp8 per-token scales: num_stages x float[2][128], or 0
+  uint32_t token_scales;               // fp8 per-token scales: num_stages x 2 x kStagedScaleFloats, or 0
   uint32_t received;                   // (num_splits - 1) x push_slot_bytes, push_reduce only
   uint32_t push_slot_bytes;            // push_slot_bytes(num_splits)
   int32_t push_slot_rows;              // push_slot_rows(num_splits)
@@ -215,9 +221,9 @@ struct Smem {
   __device__ __forceinline__ uint8_t* v(int stage) const {
     return base + layout.v + stage * kKvTileBytes;
   }
-  // A stage's per-token scales (token_scales.cuh): K's 128 keys, then V's.
+  // A stage's per-token scales (token_scales.cuh): K's kStagedScaleFloats, then V's.
   __device__ __forceinline__ float* token_scales(int stage) const {
-    return reinterpret_cast<float*>(base + layout.token_scales) + stage * 2 * kBlockKeys;
+    return reinterpret_cast<float*>(base + layout.token_scales) + stage * 2 * kStagedScaleFloats;
   }
   __device__ __forceinline__ int32_t* union_blocks() const {
     return reinterpret_cast<int32_t*>(base + layout.union_blocks);

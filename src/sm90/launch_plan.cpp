@@ -71,12 +71,12 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   const uint32_t planning_bytes =
       align(candidates * 4, 16) * 2 + align(candidates * layout.mask_words * 4, 16) +
       align(tokens * 4, 16) * 2 + warp_scratch_bytes + align(sizeof(SmemHeader), 16);
-  // K and V of one block, and with per-token fp8 scales theirs (2 x 128 floats), staged beside
+  // K and V of one block, and with per-token fp8 scales theirs (2 x kStagedScaleFloats), staged beside
   // the block by the prefill kernel's converting threads (the decode kernel's warps take theirs
   // from global memory).
   const bool token_scales = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 && !plan.decode_kernel &&
                             (args.k_token_scale != nullptr || args.v_token_scale != nullptr);
-  const uint32_t scale_bytes = token_scales ? 2 * kBlockKeys * sizeof(float) : 0;
+  const uint32_t scale_bytes = token_scales ? 2 * kStagedScaleFloats * sizeof(float) : 0;
   const uint32_t stage_bytes = 2 * kKvTileBytes + scale_bytes;
   // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
   const uint32_t budget = plan.ctas_per_sm == 1 ? kSharedMemoryLimit : kTwoCtasPerSmSharedBytes;

@@ -57,7 +57,10 @@ __device__ __forceinline__ float column_scale(const TokenScaleRow& row, int64_t 
 // The prefill kernel's wgmma consumers stage a block's scales in shared memory beside its stage
 // (Smem::token_scales), written by the threads that rewrite its rows (kv_convert.cuh: a row a
 // thread, K's rows then V's, or warpgroup 0 K's and warpgroup 1 V's) before the barrier that
-// publishes the rewrite; each thread then reads its 32 columns' scales as 16 float2 pairs.
+// publishes the rewrite. They are staged permuted (kernel_traits.h kStagedScaleFloats): column
+// 8 j + 2 q + c at row q, position 2 j + c, so that a thread of column quad q = lane % 4 reads
+// its 32 columns' scales as 8 float4 (a warp's read is four distinct 16-byte words, broadcast:
+// one shared-memory wavefront each, half of what 16 float2 pairs cost).
 // A converting thread loads its key's scales one block ahead (load_block_token_scales for block
 // u + 1 while block u runs) and stores them with the block's rewrite, so the load's latency is
 // off the rewrite's chain. `thread`: 0 .. 128 * kConsumers - 1 of the converting threads.
@@ -83,23 +86,30 @@ template <int kConsumers>
 __device__ __forceinline__ void store_block_token_scales(const KeyTokenScales& scales,
                                                          float* stage_scales, int thread) {
   const int key = thread % kBlockKeys;
-  if (kConsumers == 1 || thread < kBlockKeys) stage_scales[key] = scales.k;
-  if (kConsumers == 1 || thread >= kBlockKeys) stage_scales[kBlockKeys + key] = scales.v;
+  const int position = (key / 2 % 4) * kStagedScaleRowFloats + key / 8 * 2 + key % 2;
+  if (kConsumers == 1 || thread < kBlockKeys) stage_scales[position] = scales.k;
+  if (kConsumers == 1 || thread >= kBlockKeys) {
+    stage_scales[kStagedScaleFloats + position] = scales.v;
+  }
 }
 
-// Accumulator values times their column's scale from a staged row of 128 (column 8 j +
-// 2 (lane % 4) + c of element 4 j + 2 h + c).
+// Accumulator values times their column's scale from one operand's staged scales (column 8 j +
+// 2 (lane % 4) + c of element 4 j + 2 h + c; a block's 128 columns, 64 values a thread).
 template <int kScores>
 __device__ __forceinline__ void scale_columns_from_stage(float (&s)[kScores],
-                                                         const float* column_scales) {
-  const int base = 2 * (threadIdx.x % 4);
+                                                         const float* staged_scales) {
+  static_assert(kScores == kBlockKeys / 2, "a thread holds 64 values of a block's 128 columns");
+  const float4* row = reinterpret_cast<const float4*>(
+      staged_scales + (threadIdx.x % 4) * kStagedScaleRowFloats);
 #pragma unroll
-  for (int j = 0; j < kScores / 4; ++j) {
-    const float2 scale = *reinterpret_cast<const float2*>(column_scales + base + 8 * j);
+  for (int i = 0; i < kScores / 8; ++i) {
+    const float4 scale = row[i];  // columns of j = 2 i (x, y) and 2 i + 1 (z, w)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      s[4 * j + 2 * h] *= scale.x;
-      s[4 * j + 2 * h + 1] *= scale.y;
+      s[8 * i + 2 * h] *= scale.x;
+      s[8 * i + 2 * h + 1] *= scale.y;
+      s[8 * i + 4 + 2 * h] *= scale.z;
+      s[8 * i + 4 + 2 * h + 1] *= scale.w;
     }
   }
 }

@@ -181,7 +181,7 @@ TEST(LaunchPlan, Fp8KvKeepsTheShapesWithoutSpeculationOrPacing) {
 }
 
 // Per-token fp8 scales keep fp8's plan; the prefill kernel stages a block's 2 x 128 scales per
-// stage in shared memory of its own, the decode kernel none.
+// stage (in rows of 40 floats, 2 x 160) in shared memory of its own, the decode kernel none.
 TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
   static const float kScale = 1.0f;
   for (const Shape& shape : {kDecodeBatch1, kDecodeBatch64, kMtpBatch32, kPrefill32K}) {
@@ -200,7 +200,7 @@ TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
     EXPECT_EQ(plan.grid_ctas, plain.grid_ctas);
     const uint32_t staged = plan.smem.union_blocks - plan.smem.token_scales;
     EXPECT_EQ(plan.smem.token_scales, plan.smem.v + plan.smem.num_stages * sm90::kKvTileBytes);
-    EXPECT_EQ(staged, plan.decode_kernel ? 0u : plan.smem.num_stages * 2u * 128u * 4u);
+    EXPECT_EQ(staged, plan.decode_kernel ? 0u : plan.smem.num_stages * 2u * 160u * 4u);
     EXPECT_EQ(plan.smem.bytes, plain.smem.bytes + staged);
     EXPECT_EQ(plain.smem.union_blocks, plain.smem.token_scales);
   }

@@ -56,3 +56,19 @@ def test_mixed_prefill_bench_runs_on_cpu(tmp_path):
         assert r["note"] == "", f"{name}: {r['note']}"
         assert r["mix_gflop"] > 0 and r["single_gflop"] > 0, f"{name}: no useful work"
         assert r["mix_ms"] > 0 and r["single_ms"] > 0, f"{name}: no timing"
+
+
+def test_summary_aggregates_useful_tflops():
+    # 300 GFLOP in 2 ms and 100 GFLOP in 1 ms: 400 GFLOP in 3 ms is 133.3 TFLOP/s (GFLOP per ms
+    # is TFLOP/s); the single requests' 400 GFLOP in 4 ms is 100.
+    rows = [dict(mix="a", mix_gflop=300.0, mix_ms=2.0, single_gflop=300.0, single_ms=3.0,
+                 ratio=1.5, meets=True),
+            dict(mix="b", mix_gflop=100.0, mix_ms=1.0, single_gflop=100.0, single_ms=1.0,
+                 ratio=1.0, meets=True),
+            dict(mix="untimed")]
+    s = mixed_prefill.summary(rows)
+    assert s["timed"] == 2 and s["mixes"] == 3, s
+    assert s["mix_tflops"] == pytest.approx(400.0 / 3.0), s
+    assert s["single_tflops"] == pytest.approx(100.0), s
+    assert s["ratio"] == pytest.approx(4.0 / 3.0), s
+    assert (s["worst_mix"], s["meeting"]) == ("b", 2), s
