@@ -183,7 +183,8 @@ constexpr int kStagedScaleFloats = 4 * kStagedScaleRowFloats;
 struct SmemLayout {
   uint32_t q[kMaxConsumerWarpgroups];  // equal when the warpgroups share their rows
   uint32_t k, v;                       // rings of num_stages x 32 KiB
-  uint32_t token_scales;               // fp8 per-token scales: num_stages x 2 x kStagedScaleFloats, or 0
+  uint32_t token_scales;               // per-token fp8 scales, num_stages x 2 x kStagedScaleFloats
+                                       // (empty: the call has none, or the decode kernel)
   uint32_t received;                   // (num_splits - 1) x push_slot_bytes, push_reduce only
   uint32_t push_slot_bytes;            // push_slot_bytes(num_splits)
   int32_t push_slot_rows;              // push_slot_rows(num_splits)

@@ -153,6 +153,16 @@ TEST(LaunchPlan, PrefillIsTwoConsumerTilesOfEightTokensWithoutSplits) {
   EXPECT_EQ(plan.workspace.bytes, 0u);
 }
 
+// The kernel, its tile and its grid are those of `base`.
+void expect_same_kernel_and_grid(const LaunchPlan& plan, const LaunchPlan& base) {
+  EXPECT_EQ(plan.decode_kernel, base.decode_kernel);
+  EXPECT_EQ(plan.num_consumer_warpgroups, base.num_consumer_warpgroups);
+  EXPECT_EQ(plan.tokens_per_tile, base.tokens_per_tile);
+  EXPECT_EQ(plan.num_splits, base.num_splits);
+  EXPECT_EQ(plan.smem.num_stages, base.smem.num_stages);
+  EXPECT_EQ(plan.grid_ctas, base.grid_ctas);
+}
+
 // fp8 K/V take the same kernels and shapes as bf16, without the speculative first block (it
 // would land outside the rings' barriers) or pacing; everything else is bf16's plan.
 TEST(LaunchPlan, Fp8KvKeepsTheShapesWithoutSpeculationOrPacing) {
@@ -164,14 +174,9 @@ TEST(LaunchPlan, Fp8KvKeepsTheShapesWithoutSpeculationOrPacing) {
     const LaunchPlan native = plan_launch(bf16, h200(), sm90::default_tuning());
     const LaunchPlan plan = plan_launch(fp8, h200(), sm90::default_tuning());
     SCOPED_TRACE(name(shape));
-    EXPECT_EQ(plan.decode_kernel, native.decode_kernel);
-    EXPECT_EQ(plan.num_consumer_warpgroups, native.num_consumer_warpgroups);
-    EXPECT_EQ(plan.tokens_per_tile, native.tokens_per_tile);
-    EXPECT_EQ(plan.num_splits, native.num_splits);
+    expect_same_kernel_and_grid(plan, native);
     EXPECT_EQ(plan.cluster_reduce, native.cluster_reduce);
-    EXPECT_EQ(plan.smem.num_stages, native.smem.num_stages);
     EXPECT_EQ(plan.inflight_throttle, native.inflight_throttle);
-    EXPECT_EQ(plan.grid_ctas, native.grid_ctas);
     EXPECT_FALSE(plan.speculate_first_block);
     EXPECT_EQ(plan.pacing_slack, 0);
   }
@@ -192,12 +197,7 @@ TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
     const LaunchPlan plain = plan_launch(fp8, h200(), sm90::default_tuning());
     const LaunchPlan plan = plan_launch(scaled, h200(), sm90::default_tuning());
     SCOPED_TRACE(name(shape));
-    EXPECT_EQ(plan.decode_kernel, plain.decode_kernel);
-    EXPECT_EQ(plan.num_consumer_warpgroups, plain.num_consumer_warpgroups);
-    EXPECT_EQ(plan.tokens_per_tile, plain.tokens_per_tile);
-    EXPECT_EQ(plan.num_splits, plain.num_splits);
-    EXPECT_EQ(plan.smem.num_stages, plain.smem.num_stages);
-    EXPECT_EQ(plan.grid_ctas, plain.grid_ctas);
+    expect_same_kernel_and_grid(plan, plain);
     const uint32_t staged = plan.smem.union_blocks - plan.smem.token_scales;
     EXPECT_EQ(plan.smem.token_scales, plan.smem.v + plan.smem.num_stages * sm90::kKvTileBytes);
     EXPECT_EQ(staged, plan.decode_kernel ? 0u : plan.smem.num_stages * 2u * 160u * 4u);

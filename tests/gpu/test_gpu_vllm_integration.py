@@ -217,42 +217,45 @@ def _check_per_token_scales(name, args):
         assert float(scale.max()) > 4 * float(scale.min()), f"[{name}] {key} barely varies"
 
 
+_PER_TOKEN_OPS = {
+    "prefill": (prefill_args, vllm_ops.minimax_m3_sparse_attn, vllm_prefill_reference),
+    "decode": (decode_args, vllm_ops.minimax_m3_sparse_attn_decode, vllm_decode_reference),
+}
+
+
+def _check_per_token_case(op_name, name, options, **extra):
+    make_args, op, reference = _PER_TOKEN_OPS[op_name]
+    args = make_args(**options, **PER_TOKEN, **extra, device=DEVICE)
+    _check_per_token_scales(name, args)
+    check_gpu(name, op, args, reference)
+
+
 @pytest.mark.parametrize("case", PER_TOKEN_PREFILL_CASES, ids=case_id)
 def test_gpu_prefill_per_token_scales(case):
     """test_per_token_scales_prefill on CUDA tensors: each key and value times the scale of its
     slot, block * 128 + token."""
     name, options = case
-    name = f"gpu-prefill-{name}"
-    args = prefill_args(**options, **PER_TOKEN, device=DEVICE)
-    _check_per_token_scales(name, args)
-    check_gpu(name, vllm_ops.minimax_m3_sparse_attn, args, vllm_prefill_reference)
+    _check_per_token_case("prefill", f"gpu-prefill-{name}", options)
 
 
 @pytest.mark.parametrize("case", PER_TOKEN_DECODE_CASES, ids=case_id)
 def test_gpu_decode_per_token_scales(case):
     name, options = case
-    name = f"gpu-decode-{name}"
-    args = decode_args(**options, **PER_TOKEN, device=DEVICE)
-    _check_per_token_scales(name, args)
-    check_gpu(name, vllm_ops.minimax_m3_sparse_attn_decode, args, vllm_decode_reference)
+    _check_per_token_case("decode", f"gpu-decode-{name}", options)
 
 
 @pytest.mark.parametrize("case", PER_TOKEN_PRODUCTION_PREFILL, ids=case_id)
 def test_gpu_prefill_per_token_scales_production_heads(case):
     name, options = case
-    name = f"gpu-prefill-64x4-topk16-per-token-{name}"
-    args = prefill_args(**options, **PER_TOKEN, **PRODUCTION_HEADS, device=DEVICE)
-    _check_per_token_scales(name, args)
-    check_gpu(name, vllm_ops.minimax_m3_sparse_attn, args, vllm_prefill_reference)
+    _check_per_token_case("prefill", f"gpu-prefill-64x4-topk16-per-token-{name}", options,
+                          **PRODUCTION_HEADS)
 
 
 @pytest.mark.parametrize("case", PER_TOKEN_PRODUCTION_DECODE, ids=case_id)
 def test_gpu_decode_per_token_scales_production_heads(case):
     name, options = case
-    name = f"gpu-decode-64x4-topk16-per-token-{name}"
-    args = decode_args(**options, **PER_TOKEN, **PRODUCTION_HEADS, device=DEVICE)
-    _check_per_token_scales(name, args)
-    check_gpu(name, vllm_ops.minimax_m3_sparse_attn_decode, args, vllm_decode_reference)
+    _check_per_token_case("decode", f"gpu-decode-64x4-topk16-per-token-{name}", options,
+                          **PRODUCTION_HEADS)
 
 
 def _new_scale_values(args, seed):
