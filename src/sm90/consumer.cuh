@@ -259,31 +259,36 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
       mbarrier_arrive(&smem.header().v_empty[stage]);
       continue;
     }
-    Accumulator s;
-    if (by_warpgroup) issue_scores<Element>(smem_address(q_smem), smem_address(smem.k(stage)), s);
-
-    // While the wgmma runs (the shared-memory reads are off the scores' chain): the keys of the
-    // block each of this thread's rows sees. A warp's 16 rows are one token's heads (or a few
-    // tokens' when a chunk has fewer than 16 heads), and a union block is mostly selected by one
-    // of the warpgroup's tokens: a warp that sees none of the block's keys leaves its softmax
-    // state and O as they are and gives P = 0, which is what the full update computes for such
-    // rows, bit for bit (max and sums unchanged, correction 1, or 0 on an O that is still 0).
-    // A block by wgmma is computed for all 64 rows; by mma.sync only by the warps that read it.
+    // The keys of the block each of this thread's rows sees. A warp's 16 rows are one token's
+    // heads (or a few tokens' when a chunk has fewer than 16 heads), and a union block is mostly
+    // selected by one of the warpgroup's tokens: a warp that sees none of the block's keys leaves
+    // its softmax state and O as they are and gives P = 0, which is what the full update
+    // computes for such rows, bit for bit (max and sums unchanged, correction 1, or 0 on an O
+    // that is still 0). A block by wgmma is computed for all 64 rows (the keys are found while
+    // the scores run); by mma.sync only by the warps that read it.
     const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
     int visible[2];
+    bool warp_reads;
+    auto find_visible_keys = [&] {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int token = rows[h].tile_token;
-      const bool selected = rows[h].valid && ((selected_by[token / 32] >> (token % 32)) & 1);
-      visible[h] = selected ? min(max(key_limit[h] - block_first_key, 0), kBlockKeys) : 0;
-    }
-    const bool warp_reads = __any_sync(0xffffffffu, visible[0] > 0 || visible[1] > 0);
-
+      for (int h = 0; h < 2; ++h) {
+        const int token = rows[h].tile_token;
+        const bool selected = rows[h].valid && ((selected_by[token / 32] >> (token % 32)) & 1);
+        visible[h] = selected ? min(max(key_limit[h] - block_first_key, 0), kBlockKeys) : 0;
+      }
+      warp_reads = __any_sync(0xffffffffu, visible[0] > 0 || visible[1] > 0);
+    };
+    // Each wgmma is issued and waited for inside one branch: an accumulator in flight across a
+    // branch that the compiler cannot see is uniform makes it serialise every wgmma.
+    Accumulator s;
     if (by_warpgroup) {
+      issue_scores<Element>(smem_address(q_smem), smem_address(smem.k(stage)), s);
+      find_visible_keys();
       cute::warpgroup_wait<0>();
       fence_accumulator(s);
       mbarrier_arrive(&smem.header().k_empty[stage]);
     } else {
+      find_visible_keys();
       if (warp_reads) {
         warp_block_scores<Element>(smem_address(q_smem), smem_address(smem.k(stage)), s);
       }
@@ -349,6 +354,9 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
 #pragma unroll
   for (int h = 0; h < 2; ++h) scale[h] = sum[h] > 0.f ? scales.v_global_scale / sum[h] : 0.f;
   if (kConsumers == 1 && p.cluster_reduce) {
+    // The partials go into the first stages, which a warp that computed the last blocks with
+    // mma.sync may still be reading.
+    named_barrier_sync(1 + warpgroup, 128);
     publish_partial<kTemperatureLse>(smem, o, row_in_warpgroup, rows, scale, lse, lse_t);
     reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
     FLASHMSA_TIMELINE_RECORD();
