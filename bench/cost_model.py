@@ -79,7 +79,6 @@ DESIGNS = [
     Design("keys1", 1, 1, 1, 16, (32 + 4 + 8 + 32) * 1024),
     Design("keys2", 2, 2, 2, 32, (32 + 8 + 16 + 32) * 1024),
     # K 32 KiB + V 32 KiB through ldmatrix for one warp's 16 rows (Q and P in registers).
-    Design("warp8", 8, 8, 1, 16, (32 + 32) * 1024, MMA_SYNC_FLOPS),
     Design("warp16", 16, 16, 1, 16, (32 + 32) * 1024, MMA_SYNC_FLOPS),
 ]
 

@@ -37,10 +37,6 @@ typedef struct flashmsa_tuning {
   int32_t cluster;           /* 0: one-consumer and decode splits merge through the workspace */
   int32_t push;              /* 0: cluster reductions pull instead of push */
   int32_t warp_plan;         /* two-consumer tiles: 0 block-wide plan, 1 the rule, 2 sorted */
-  int32_t wgmma_min_warps;   /* prefill kernel: a consumer warpgroup computes a block with its
-                                64-row wgmma when at least this many warps' rows (16 each)
-                                selected it, else each such warp alone with mma.sync: 1-5
-                                (1 always wgmma, 5 never) */
 } flashmsa_tuning;
 
 /* Every field FLASHMSA_TUNING_DEFAULT. */

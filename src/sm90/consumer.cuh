@@ -1,13 +1,8 @@
 // A consumer warpgroup: 64 rows = tokens_per_warpgroup tokens x heads_per_chunk query heads of
 // one KV head. It loads its Q rows once, then for every union block that one of its tokens
-// selected: S = Q K^T, mask + online softmax in registers, O += P V. A block whose selecting
-// tokens hold enough of the 64 rows (AttentionParams::wgmma_min_rows) is computed by the
-// warpgroup's wgmma, all 64 rows; one that few selected, by the warps holding those rows alone,
-// 16 rows each with mma.sync, in the same accumulator layout (mma.cuh): the union tile computes
-// a block for every row of the warpgroup, and for blocks one token selected (most of a long
-// context's) three quarters of that work is wasted. Blocks none of its tokens selected are
-// skipped (the stage is still waited for and released, which keeps the two warpgroups' barrier
-// arrivals in phase order). Epilogue: O / l in q's dtype, and LSEs.
+// selected: S = Q K^T (wgmma), mask + online softmax in registers, O += P V (wgmma). Blocks none
+// of its tokens selected are skipped (the stage is still waited for and released, which keeps
+// the two warpgroups' barrier arrivals in phase order). Epilogue: O / l in q's dtype, and LSEs.
 #pragma once
 
 #include <stdint.h>
@@ -228,18 +223,12 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     const int stage = ring.stage;
     const uint32_t phase = ring.phase;
     const uint32_t* selected_by = smem.token_mask(u);
-    int selecting_tokens = 0;
+    bool needed = false;
 #pragma unroll
     for (int w = 0; w < kMaxMaskWords; ++w) {
-      if (w < p.smem_layout.mask_words) {
-        selecting_tokens += __popc(selected_by[w] & own_tokens[w]);
-      }
+      needed |= w < p.smem_layout.mask_words && (selected_by[w] & own_tokens[w]) != 0;
     }
-    const bool needed =
-        selecting_tokens > 0 && (!share_rows || (u - plan.slice_begin) % 2 == warpgroup);
-    // Few selecting rows: the warps holding them compute the block alone (warp_block_scores),
-    // the rest of the warpgroup skips its products. Uniform over the warpgroup.
-    const bool by_warpgroup = selecting_tokens * p.heads_per_chunk >= p.wgmma_min_rows;
+    needed &= !share_rows || (u - plan.slice_begin) % 2 == warpgroup;
     mbarrier_wait(&smem.header().k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
@@ -259,42 +248,30 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
       mbarrier_arrive(&smem.header().v_empty[stage]);
       continue;
     }
-    // The keys of the block each of this thread's rows sees. A warp's 16 rows are one token's
-    // heads (or a few tokens' when a chunk has fewer than 16 heads), and a union block is mostly
-    // selected by one of the warpgroup's tokens: a warp that sees none of the block's keys leaves
-    // its softmax state and O as they are and gives P = 0, which is what the full update
-    // computes for such rows, bit for bit (max and sums unchanged, correction 1, or 0 on an O
-    // that is still 0). A block by wgmma is computed for all 64 rows (the keys are found while
-    // the scores run); by mma.sync only by the warps that read it.
+    Accumulator s;
+    issue_scores<Element>(smem_address(q_smem), smem_address(smem.k(stage)), s);
+
+    // While the wgmma runs (the shared-memory reads are off the scores' chain): the keys of the
+    // block each of this thread's rows sees. A warp's 16 rows are one token's heads (or a few
+    // tokens' when a chunk has fewer than 16 heads), and a union block is mostly selected by one
+    // of the warpgroup's tokens: a warp that sees none of the block's keys leaves its softmax
+    // state and O as they are and gives P = 0, which is what the full update computes for such
+    // rows, bit for bit (max and sums unchanged, correction 1, or 0 on an O that is still 0).
+    // The wgmmas stay warpgroup-wide.
     const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
     int visible[2];
-    bool warp_reads;
-    auto find_visible_keys = [&] {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int token = rows[h].tile_token;
-        const bool selected = rows[h].valid && ((selected_by[token / 32] >> (token % 32)) & 1);
-        visible[h] = selected ? min(max(key_limit[h] - block_first_key, 0), kBlockKeys) : 0;
-      }
-      warp_reads = __any_sync(0xffffffffu, visible[0] > 0 || visible[1] > 0);
-    };
-    // Each wgmma is issued and waited for inside one branch: an accumulator in flight across a
-    // branch that the compiler cannot see is uniform makes it serialise every wgmma.
-    Accumulator s;
-    if (by_warpgroup) {
-      issue_scores<Element>(smem_address(q_smem), smem_address(smem.k(stage)), s);
-      find_visible_keys();
-      cute::warpgroup_wait<0>();
-      fence_accumulator(s);
-      mbarrier_arrive(&smem.header().k_empty[stage]);
-    } else {
-      find_visible_keys();
-      if (warp_reads) {
-        warp_block_scores<Element>(smem_address(q_smem), smem_address(smem.k(stage)), s);
-      }
-      release_stage(&smem.header().k_empty[stage]);
+    for (int h = 0; h < 2; ++h) {
+      const int token = rows[h].tile_token;
+      const bool selected = rows[h].valid && ((selected_by[token / 32] >> (token % 32)) & 1);
+      visible[h] = selected ? min(max(key_limit[h] - block_first_key, 0), kBlockKeys) : 0;
     }
+    const bool warp_reads = __any_sync(0xffffffffu, visible[0] > 0 || visible[1] > 0);
+
+    cute::warpgroup_wait<0>();
+    fence_accumulator(s);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstScores);
+    mbarrier_arrive(&smem.header().k_empty[stage]);
 
     uint32_t probabilities[32];
     if (warp_reads) {
@@ -330,16 +307,11 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     if (plan.seqlen_k - block_first_key < kBlockKeys) {
       zero_value_tail(smem.v(stage), plan.seqlen_k - block_first_key, warpgroup);
     }
-    if (by_warpgroup) {
-      issue_values<Element>(probabilities, smem_address(smem.v(stage)), o);
-      cute::warpgroup_wait<0>();
-      fence_accumulator(o);
-      fence_fragment(probabilities);
-      mbarrier_arrive(&smem.header().v_empty[stage]);
-    } else {
-      if (warp_reads) warp_block_values<Element>(probabilities, smem_address(smem.v(stage)), o);
-      release_stage(&smem.header().v_empty[stage]);
-    }
+    issue_values<Element>(probabilities, smem_address(smem.v(stage)), o);
+    cute::warpgroup_wait<0>();
+    fence_accumulator(o);
+    fence_fragment(probabilities);
+    mbarrier_arrive(&smem.header().v_empty[stage]);
   }
 
   FLASHMSA_MARK(kMarkLoopDone);
@@ -354,9 +326,6 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
 #pragma unroll
   for (int h = 0; h < 2; ++h) scale[h] = sum[h] > 0.f ? scales.v_global_scale / sum[h] : 0.f;
   if (kConsumers == 1 && p.cluster_reduce) {
-    // The partials go into the first stages, which a warp that computed the last blocks with
-    // mma.sync may still be reading.
-    named_barrier_sync(1 + warpgroup, 128);
     publish_partial<kTemperatureLse>(smem, o, row_in_warpgroup, rows, scale, lse, lse_t);
     reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
     FLASHMSA_TIMELINE_RECORD();

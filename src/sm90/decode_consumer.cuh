@@ -216,6 +216,15 @@ __device__ __forceinline__ void zero_warp_value_tail(uint8_t* v_tile, int first_
   __syncwarp();
 }
 
+// ldmatrix reads the stage through the generic proxy and the producer's next TMA writes it
+// through the async proxy: the proxy fence orders this thread's reads before that write (the
+// barrier alone does not; without it a graph replay differed from the eager call in 16 x 16
+// output values of one tile, the footprint of one transposed V fragment read late).
+__device__ __forceinline__ void release_stage(uint64_t* empty) {
+  fence_proxy_async_shared();
+  mbarrier_arrive(empty);
+}
+
 // The rows' complete sums from each warp's (over its keys); every warp reads the same values.
 template <bool kTemperatureLse>
 __device__ __forceinline__ void share_row_sums(OneTokenExchange& exchange, float (&sum)[2],

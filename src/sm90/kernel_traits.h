@@ -21,11 +21,6 @@ constexpr int kMaxThreads = 128 * (1 + kMaxConsumerWarpgroups);  // warpgroup 0 
 // many as fit, three (launch_plan.cpp says why it is off).
 constexpr int kMaxStages = 4;
 constexpr int kPrefillMaxStages = 2;
-// A consumer warpgroup's 64-row wgmma computes a block for all four of its warps' rows; mma.sync
-// computes 16 rows a warp at about two thirds of wgmma's rate (scripts/probes/mma_sync_rate.cu).
-// So a block that the rows of fewer than this many warps selected is computed by those warps
-// alone, with mma.sync (consumer.cuh); the test-only override wgmma_min_warps sets it.
-constexpr int kWgmmaMinWarps = 3;
 // Candidates (tokens x topk) one tile plans over; tiles are sized so that they never exceed it.
 constexpr int kMaxCandidates = 2048;
 constexpr int kMaxTileTokens = 128;

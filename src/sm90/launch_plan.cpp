@@ -328,7 +328,6 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   c.pacing_slack = planned_throttle > 0 && !converts_kv
                        ? tuned(tuning.pace, kPacingSlackZero, 0, 17)
                        : 0;
-  c.wgmma_min_warps = tuned(tuning.wgmma_min_warps, kWgmmaMinWarps, 1, 5);
   c.workspace = workspace_layout(args, c);
 
   const int64_t columns = args.num_kv_heads * c.num_head_chunks;

@@ -68,8 +68,6 @@ struct LaunchPlan {
   L2Promotion kv_l2_promotion = L2Promotion::kNone;
   int32_t inflight_throttle = 0;  // AttentionParams::inflight_throttle
   int32_t pacing_slack = 0;       // AttentionParams::pacing_slack
-  // AttentionParams::wgmma_min_rows, in warps of 16 rows (1: every block by wgmma).
-  int32_t wgmma_min_warps = 1;
 
   SmemLayout smem{};
   WorkspaceLayout workspace;

@@ -107,23 +107,9 @@ __device__ __forceinline__ void issue_values(const uint32_t (&p)[32], uint32_t v
   cute::warpgroup_commit_batch();
 }
 
-// Address of 16-byte chunk `chunk` (head dims 8 * chunk .. 8 * chunk + 7) of row `row` in a
-// two-panel tile written by 128B-swizzled TMA boxes (or in that layout by load_queries): chunk
-// c % 8 of a 128-byte panel row sits at position (c % 8) ^ (row % 8).
-__device__ __forceinline__ uint32_t swizzled_chunk_offset(int row, int chunk,
-                                                          uint32_t panel_bytes) {
-  return (chunk / 8) * panel_bytes + row * 128 + (((chunk % 8) ^ (row % 8)) * 16);
-}
-
-__device__ __forceinline__ uint32_t swizzled_chunk(uint32_t tile, int row, int chunk,
-                                                   uint32_t panel_bytes) {
-  return tile + swizzled_chunk_offset(row, chunk, panel_bytes);
-}
-
-// Warp-level products, for the one-token decode consumer (decode_consumer.cuh: its 16 rows are
+// Warp-level products for the one-token decode consumer (decode_consumer.cuh): its 16 rows are
 // one mma.sync m16n8k16 row tile, so each warp takes a quarter of a block's keys instead of the
-// warpgroup computing 64 rows of which 48 would be empty) and for the blocks of a warpgroup tile
-// that few of its warps read (below).
+// warpgroup computing 64 rows of which 48 would be empty.
 // D (16 x 8, fp32) += A (16 x 16, row) B (16 x 8, col); fragments as the PTX ISA lays them out.
 template <typename Element>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -159,52 +145,17 @@ __device__ __forceinline__ void ldmatrix_x4_transposed(uint32_t (&r)[4], uint32_
                : "memory");
 }
 
-// A warpgroup tile's products for one warp's own 16 rows (rows 16 w .. 16 w + 15 of the 64), by
-// mma.sync, in the accumulator order of issue_scores and issue_values: for blocks that only a
-// warp or two of the warpgroup read (consumer.cuh), so that the softmax and the epilogue are
-// the same whichever computed the block. They read the stage through the generic proxy: the
-// stage is released with release_stage. S = Q K^T over the block's 128 keys:
-template <typename Element>
-__device__ __forceinline__ void warp_block_scores(uint32_t q_smem, uint32_t k_smem,
-                                                  Accumulator& s) {
-  const int lane = threadIdx.x % 32, matrix = lane / 8;
-  const int q_row = (threadIdx.x % 128) / 32 * 16 + (matrix % 2) * 8 + lane % 8;
-#pragma unroll
-  for (int i = 0; i < 64; ++i) s[i] = 0.f;
-#pragma unroll
-  for (int step = 0; step < kHeadDim / 16; ++step) {
-    uint32_t q[4];
-    ldmatrix_x4(q, swizzled_chunk(q_smem, q_row, 2 * step + matrix / 2, kQPanelBytes));
-#pragma unroll
-    for (int pair = 0; pair < kBlockKeys / 16; ++pair) {
-      // Matrices: keys of n-tile 2 * pair (dims low, high), then of n-tile 2 * pair + 1.
-      const int key = 8 * (2 * pair + matrix / 2) + lane % 8;
-      uint32_t b[4];
-      ldmatrix_x4(b, swizzled_chunk(k_smem, key, 2 * step + matrix % 2, kKvPanelBytes));
-      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[8 * pair]), q, b[0], b[1]);
-      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[8 * pair + 4]), q, b[2], b[3]);
-    }
-  }
+// Address of 16-byte chunk `chunk` (head dims 8 * chunk .. 8 * chunk + 7) of row `row` in a
+// two-panel tile written by 128B-swizzled TMA boxes (or in that layout by load_queries): chunk
+// c % 8 of a 128-byte panel row sits at position (c % 8) ^ (row % 8).
+__device__ __forceinline__ uint32_t swizzled_chunk_offset(int row, int chunk,
+                                                          uint32_t panel_bytes) {
+  return (chunk / 8) * panel_bytes + row * 128 + (((chunk % 8) ^ (row % 8)) * 16);
 }
 
-// O += P V over the block's 128 keys and all 128 head dims, P as issue_values takes it.
-template <typename Element>
-__device__ __forceinline__ void warp_block_values(const uint32_t (&p)[32], uint32_t v_smem,
-                                                  Accumulator& o) {
-  const int lane = threadIdx.x % 32, matrix = lane / 8;
-#pragma unroll
-  for (int step = 0; step < kBlockKeys / 16; ++step) {
-    const uint32_t a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
-    const int key = 16 * step + 8 * (matrix % 2) + lane % 8;
-#pragma unroll
-    for (int pair = 0; pair < kHeadDim / 16; ++pair) {
-      // Matrices: dims of n-tile 2 * pair (keys low, high), then of n-tile 2 * pair + 1.
-      uint32_t b[4];
-      ldmatrix_x4_transposed(b, swizzled_chunk(v_smem, key, 2 * pair + matrix / 2, kKvPanelBytes));
-      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * pair]), a, b[0], b[1]);
-      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * pair + 4]), a, b[2], b[3]);
-    }
-  }
+__device__ __forceinline__ uint32_t swizzled_chunk(uint32_t tile, int row, int chunk,
+                                                   uint32_t panel_bytes) {
+  return tile + swizzled_chunk_offset(row, chunk, panel_bytes);
 }
 
 }  // namespace flashmsa::sm90

@@ -71,10 +71,6 @@ struct AttentionParams {
   // operands in flight per CTA). The plan gives multi-token prediction 2 (launch_plan.cpp), the
   // rest 0, and rings of one stage always 0; the test-only throttle override sets it.
   int32_t inflight_throttle;
-  // A consumer warpgroup computes a block with its 64-row wgmma when at least this many of its
-  // rows belong to tokens that selected the block, else each warp holding such rows computes
-  // its own 16 with mma.sync (consumer.cuh): 16 x the plan's wgmma_min_warps.
-  int32_t wgmma_min_rows;
 
   // KV split: num_splits CTAs share each tile's union of blocks. Decode launches run them as
   // one thread-block cluster that combines the partials through distributed shared memory

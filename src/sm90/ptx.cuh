@@ -229,13 +229,4 @@ __device__ __forceinline__ uint64_t mnmajor_descriptor(uint32_t smem_byte_addres
   return make_descriptor(smem_byte_address, panel_bytes, 1024);
 }
 
-// ldmatrix reads the stage through the generic proxy and the producer's next TMA writes it
-// through the async proxy: the proxy fence orders this thread's reads before that write (the
-// barrier alone does not; without it a graph replay differed from the eager call in 16 x 16
-// output values of one tile, the footprint of one transposed V fragment read late).
-__device__ __forceinline__ void release_stage(uint64_t* empty) {
-  fence_proxy_async_shared();
-  mbarrier_arrive(empty);
-}
-
 }  // namespace flashmsa::sm90
