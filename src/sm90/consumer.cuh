@@ -267,6 +267,10 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
       visible[h] = selected ? min(max(key_limit[h] - block_first_key, 0), kBlockKeys) : 0;
     }
     const bool warp_reads = __any_sync(0xffffffffu, visible[0] > 0 || visible[1] > 0);
+    EarlyColumnScales early_key_scales;
+    if (kTokenScales && token_scales.k.scales != nullptr) {
+      early_key_scales = read_early_column_scales(smem.token_scales(stage));
+    }
 
     cute::warpgroup_wait<0>();
     fence_accumulator(s);
@@ -279,7 +283,9 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
       if constexpr (kTokenScales) {
         // Per-token fp8 scales, staged with the block's rewrite (a missing one staged as 1).
         const float* staged = smem.token_scales(stage);
-        if (token_scales.k.scales != nullptr) scale_columns_from_stage(s, staged);
+        if (token_scales.k.scales != nullptr) {
+          scale_columns_from_stage(s, staged, early_key_scales);
+        }
         softmax.template update<Element>(
             s, visible, scales.scale_log2, p.lse_temperature, probabilities, correction,
             [&](auto& probability) {

@@ -94,23 +94,56 @@ __device__ __forceinline__ void store_block_token_scales(const KeyTokenScales& s
 }
 
 // Accumulator values times their column's scale from one operand's staged scales (column 8 j +
-// 2 (lane % 4) + c of element 4 j + 2 h + c; a block's 128 columns, 64 values a thread).
+// 2 (lane % 4) + c of element 4 j + 2 h + c; a block's 128 columns, 64 values a thread): float4
+// i holds the scales of j = 2 i (x, y) and 2 i + 1 (z, w).
+template <int kScores>
+__device__ __forceinline__ void scale_column_quad(float (&s)[kScores], int i, float4 scale) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    s[8 * i + 2 * h] *= scale.x;
+    s[8 * i + 2 * h + 1] *= scale.y;
+    s[8 * i + 4 + 2 * h] *= scale.z;
+    s[8 * i + 4 + 2 * h + 1] *= scale.w;
+  }
+}
+
+__device__ __forceinline__ const float4* staged_column_scales(const float* staged_scales) {
+  return reinterpret_cast<const float4*>(staged_scales + (threadIdx.x % 4) * kStagedScaleRowFloats);
+}
+
 template <int kScores>
 __device__ __forceinline__ void scale_columns_from_stage(float (&s)[kScores],
                                                          const float* staged_scales) {
   static_assert(kScores == kBlockKeys / 2, "a thread holds 64 values of a block's 128 columns");
-  const float4* row = reinterpret_cast<const float4*>(
-      staged_scales + (threadIdx.x % 4) * kStagedScaleRowFloats);
+  const float4* row = staged_column_scales(staged_scales);
+#pragma unroll
+  for (int i = 0; i < kScores / 8; ++i) scale_column_quad(s, i, row[i]);
+}
+
+// The scores' scales in two halves: the first read while the scores' wgmma runs, so that the
+// multiplies after its wait do not all wait on shared-memory reads (all 32 registers of them
+// held beside the accumulator in flight spill), the second after.
+struct EarlyColumnScales {
+  float4 value[kBlockKeys / 32];
+};
+
+__device__ __forceinline__ EarlyColumnScales read_early_column_scales(const float* staged_scales) {
+  const float4* row = staged_column_scales(staged_scales);
+  EarlyColumnScales early;
+#pragma unroll
+  for (int i = 0; i < kBlockKeys / 32; ++i) early.value[i] = row[i];
+  return early;
+}
+
+template <int kScores>
+__device__ __forceinline__ void scale_columns_from_stage(float (&s)[kScores],
+                                                         const float* staged_scales,
+                                                         const EarlyColumnScales& early) {
+  static_assert(kScores == kBlockKeys / 2, "a thread holds 64 values of a block's 128 columns");
+  const float4* row = staged_column_scales(staged_scales);
 #pragma unroll
   for (int i = 0; i < kScores / 8; ++i) {
-    const float4 scale = row[i];  // columns of j = 2 i (x, y) and 2 i + 1 (z, w)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      s[8 * i + 2 * h] *= scale.x;
-      s[8 * i + 2 * h + 1] *= scale.y;
-      s[8 * i + 4 + 2 * h] *= scale.z;
-      s[8 * i + 4 + 2 * h + 1] *= scale.w;
-    }
+    scale_column_quad(s, i, i < kBlockKeys / 32 ? early.value[i] : row[i]);
   }
 }
 
