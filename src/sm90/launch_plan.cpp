@@ -221,6 +221,11 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
     c.num_splits = static_cast<int32_t>(std::clamp<int64_t>(
         slots / units, 1, std::min<int64_t>(most_splits, kMostChosenSplits)));
   }
+  // Prefill calls of one to two waves whose requests span several tiles (split_rules.h).
+  if (!one_consumer && !c.decode_kernel && c.num_splits == 1 &&
+      tokens_per_request > c.tokens_per_tile) {
+    c.num_splits = short_prefill_splits(units, slots, most_splits);
+  }
   // All of a one-consumer call's clusters must be resident at once: a second wave pays planning
   // and a whole slice again (batch 16 with clusters of 4 took 38 us, of 2 27.6 us). The check
   // sizes shared memory without the push reduction's receive buffer, decided below.

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "flashmsa/flashmsa.h"
@@ -204,6 +205,21 @@ TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
     EXPECT_EQ(plan.smem.bytes, plain.smem.bytes + staged);
     EXPECT_EQ(plain.smem.union_blocks, plain.smem.token_scales);
   }
+}
+
+TEST(LaunchPlan, ShortPrefillChunksOfOneToTwoWavesSplit) {
+  // The production short chunks: 171 tokens (22 tiles x 4 KV heads = 88 units) 3 splits, 347
+  // tokens (176 units) 3, through the workspace; 1404 tokens (704 units) and multi-token
+  // prediction (one tile a request) keep one.
+  for (const auto& [rows, splits] : {std::pair<int64_t, int32_t>{171, 3}, {347, 3}, {1404, 1}}) {
+    const LaunchPlan plan = plan_of({1, rows, 64, 4, 16, 55339});
+    SCOPED_TRACE(rows);
+    EXPECT_FALSE(plan.decode_kernel);
+    EXPECT_EQ(plan.num_consumer_warpgroups, 2);
+    EXPECT_EQ(plan.num_splits, splits);
+    EXPECT_EQ(plan.merges_in_workspace(), splits > 1);
+  }
+  EXPECT_EQ(plan_of({24, 8, 64, 4, 16, 32768}).num_splits, 1);  // 96 units, a tile a request
 }
 
 TEST(LaunchPlan, ShortPrefillSplitsThroughTheWorkspace) {

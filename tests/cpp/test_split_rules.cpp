@@ -2,15 +2,18 @@
 // measurements' choices for multi-token prediction, other SM counts, the override, invariants),
 // and the one-token launch's cap on short splits: the split counts the H200 measurements chose
 // at batch 1-24 (M3 heads: 4 KV heads a request, topk 16), the same rule on other SM counts,
-// and its invariants over a sweep of shapes.
+// and its invariants over a sweep of shapes; and the split count of short prefill calls.
 #include <gtest/gtest.h>
 #include <stdint.h>
+
+#include <algorithm>
 
 #include "sm90/split_rules.h"
 
 namespace {
 
 using flashmsa::sm90::short_one_token_splits;
+using flashmsa::sm90::short_prefill_splits;
 using flashmsa::sm90::takes_one_token_kernel;
 
 constexpr int64_t kH200Sms = 132;
@@ -152,6 +155,48 @@ TEST(ShortOneTokenSplits, InvariantsOverShapes) {
           } else if (units <= sms * 17 / 20) {
             ASSERT_LE(units * got, sms * 17 / 20);  // the grid fits the cap
           }
+        }
+      }
+    }
+  }
+}
+
+TEST(ShortPrefillSplits, MeasuredH200Choices) {
+  // The production short chunks (8-token tiles x 4 KV heads): 171 tokens 22 tiles, 182 tokens
+  // 23, 338 tokens 43, 347 tokens 44.
+  EXPECT_EQ(short_prefill_splits(88, kH200Sms, 16), 3);   // 264 CTAs: 2 waves of a third
+  EXPECT_EQ(short_prefill_splits(92, kH200Sms, 16), 4);   // 368: 3 waves of a quarter
+  EXPECT_EQ(short_prefill_splits(172, kH200Sms, 16), 3);  // 516: 4 waves of a third
+  EXPECT_EQ(short_prefill_splits(176, kH200Sms, 16), 3);
+  // One full wave, and more than two waves (1404 tokens: 704 units): no split.
+  EXPECT_EQ(short_prefill_splits(132, kH200Sms, 16), 1);
+  EXPECT_EQ(short_prefill_splits(704, kH200Sms, 16), 1);
+  // At most half the slots: the plan's general rule (slots / units) decides.
+  EXPECT_EQ(short_prefill_splits(66, kH200Sms, 16), 1);
+  EXPECT_EQ(short_prefill_splits(0, kH200Sms, 16), 1);
+  // The call's own limit on splits holds.
+  EXPECT_EQ(short_prefill_splits(88, kH200Sms, 2), 1);
+}
+
+TEST(ShortPrefillSplits, FewestWavesPerSplitOverShapes) {
+  for (int64_t slots : {16, 78, 114, 132}) {
+    for (int64_t units = 1; units <= 3 * slots; ++units) {
+      for (int32_t most = 1; most <= 16; ++most) {
+        const int32_t got = short_prefill_splits(units, slots, most);
+        SCOPED_TRACE(testing::Message() << "slots " << slots << " units " << units << " most "
+                                        << most);
+        ASSERT_GE(got, 1);
+        ASSERT_LE(got, std::min(4, most));
+        if (units * 2 <= slots || units > 2 * slots) {
+          ASSERT_EQ(got, 1);
+          continue;
+        }
+        auto waves_per_split = [&](int64_t k) {
+          return static_cast<double>((k * units + slots - 1) / slots) / k;
+        };
+        for (int32_t k = 1; k <= std::min(4, most); ++k) {
+          ASSERT_LE(waves_per_split(got), waves_per_split(k));
+          if (k < got) ASSERT_LT(waves_per_split(got), waves_per_split(k));  // fewest on a tie
         }
       }
     }
