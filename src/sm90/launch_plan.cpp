@@ -224,7 +224,9 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   // Prefill calls of one to two waves whose requests span several tiles (split_rules.h).
   if (!one_consumer && !c.decode_kernel && c.num_splits == 1 &&
       tokens_per_request > c.tokens_per_tile) {
-    c.num_splits = short_prefill_splits(units, slots, most_splits);
+    const int64_t request_blocks =
+        args.is_paged ? args.max_pages_per_request : (args.total_k + kBlockKeys - 1) / kBlockKeys;
+    c.num_splits = short_prefill_splits(units, slots, request_blocks, most_splits);
   }
   // All of a one-consumer call's clusters must be resident at once: a second wave pays planning
   // and a whole slice again (batch 16 with clusters of 4 took 38 us, of 2 27.6 us). The check

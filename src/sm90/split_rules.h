@@ -61,11 +61,17 @@ inline int32_t short_one_token_splits(int64_t units, int64_t multiprocessors, in
 // split, ceil(splits x units / slots) / splits, are fewest (the fewest splits on a tie), and 1
 // split outside that range (`units` at most slots / 2 get the plan's general rule; more than
 // two waves balance themselves). Measured (H200, bf16, one request, indexer; 1 split, then the
-// rule's): 171 tokens on 55K keys 0.143 -> 0.123 ms (3 splits), 182 on 18K 0.111 -> 0.109 (4),
-// 338 on 75K 0.272 -> 0.225 (3), 347 on 132K 0.279 -> 0.228 (3); at 1404 tokens (704 units) 3
-// splits were slower (0.826 against 0.799).
-inline int32_t short_prefill_splits(int64_t units, int64_t slots, int32_t most_splits) {
+// rule's): 171 tokens on 55K keys 0.143 -> 0.123 ms (3 splits), 338 on 75K 0.272 -> 0.225 (3),
+// 347 on 132K 0.279 -> 0.228 (3); at 1404 tokens (704 units) 3 splits were slower (0.826 against
+// 0.799). Short unions gain nothing (182 tokens on 18K keys: 0.111 ms, 3 splits 0.120, 4
+// 0.109), so the rule also asks that a request may hold kShortPrefillMinBlocks blocks
+// (`request_blocks`: the page table's width, or the flat cache's blocks; the host knows no more).
+constexpr int64_t kShortPrefillMinBlocks = 256;
+
+inline int32_t short_prefill_splits(int64_t units, int64_t slots, int64_t request_blocks,
+                                    int32_t most_splits) {
   if (units <= 0 || units * 2 <= slots || units > 2 * slots) return 1;
+  if (request_blocks < kShortPrefillMinBlocks) return 1;
   int32_t best = 1;
   double best_waves = 0.0;
   for (int32_t splits = 1; splits <= std::min(4, most_splits); ++splits) {

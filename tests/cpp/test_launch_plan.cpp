@@ -220,6 +220,7 @@ TEST(LaunchPlan, ShortPrefillChunksOfOneToTwoWavesSplit) {
     EXPECT_EQ(plan.merges_in_workspace(), splits > 1);
   }
   EXPECT_EQ(plan_of({24, 8, 64, 4, 16, 32768}).num_splits, 1);  // 96 units, a tile a request
+  EXPECT_EQ(plan_of({1, 171, 64, 4, 16, 17718}).num_splits, 1);  // 139 blocks: short unions
 }
 
 TEST(LaunchPlan, ShortPrefillSplitsThroughTheWorkspace) {

@@ -162,27 +162,30 @@ TEST(ShortOneTokenSplits, InvariantsOverShapes) {
 }
 
 TEST(ShortPrefillSplits, MeasuredH200Choices) {
-  // The production short chunks (8-token tiles x 4 KV heads): 171 tokens 22 tiles, 182 tokens
-  // 23, 338 tokens 43, 347 tokens 44.
-  EXPECT_EQ(short_prefill_splits(88, kH200Sms, 16), 3);   // 264 CTAs: 2 waves of a third
-  EXPECT_EQ(short_prefill_splits(92, kH200Sms, 16), 4);   // 368: 3 waves of a quarter
-  EXPECT_EQ(short_prefill_splits(172, kH200Sms, 16), 3);  // 516: 4 waves of a third
-  EXPECT_EQ(short_prefill_splits(176, kH200Sms, 16), 3);
+  // The production short chunks (8-token tiles x 4 KV heads): 171 tokens on 55K keys (433
+  // blocks) 22 tiles, 338 on 75K 43, 347 on 132K 44.
+  EXPECT_EQ(short_prefill_splits(88, kH200Sms, 433, 16), 3);    // 264 CTAs: 2 waves of a third
+  EXPECT_EQ(short_prefill_splits(92, kH200Sms, 433, 16), 4);    // 368: 3 waves of a quarter
+  EXPECT_EQ(short_prefill_splits(172, kH200Sms, 583, 16), 3);   // 516: 4 waves of a third
+  EXPECT_EQ(short_prefill_splits(176, kH200Sms, 1028, 16), 3);
+  // 182 tokens on 18K keys (139 blocks): short unions, no split.
+  EXPECT_EQ(short_prefill_splits(92, kH200Sms, 139, 16), 1);
   // One full wave, and more than two waves (1404 tokens: 704 units): no split.
-  EXPECT_EQ(short_prefill_splits(132, kH200Sms, 16), 1);
-  EXPECT_EQ(short_prefill_splits(704, kH200Sms, 16), 1);
+  EXPECT_EQ(short_prefill_splits(132, kH200Sms, 433, 16), 1);
+  EXPECT_EQ(short_prefill_splits(704, kH200Sms, 433, 16), 1);
   // At most half the slots: the plan's general rule (slots / units) decides.
-  EXPECT_EQ(short_prefill_splits(66, kH200Sms, 16), 1);
-  EXPECT_EQ(short_prefill_splits(0, kH200Sms, 16), 1);
+  EXPECT_EQ(short_prefill_splits(66, kH200Sms, 433, 16), 1);
+  EXPECT_EQ(short_prefill_splits(0, kH200Sms, 433, 16), 1);
   // The call's own limit on splits holds.
-  EXPECT_EQ(short_prefill_splits(88, kH200Sms, 2), 1);
+  EXPECT_EQ(short_prefill_splits(88, kH200Sms, 433, 2), 1);
 }
 
 TEST(ShortPrefillSplits, FewestWavesPerSplitOverShapes) {
   for (int64_t slots : {16, 78, 114, 132}) {
     for (int64_t units = 1; units <= 3 * slots; ++units) {
       for (int32_t most = 1; most <= 16; ++most) {
-        const int32_t got = short_prefill_splits(units, slots, most);
+        const int32_t got = short_prefill_splits(units, slots, 1000, most);
+        ASSERT_EQ(short_prefill_splits(units, slots, 255, most), 1);  // short requests
         SCOPED_TRACE(testing::Message() << "slots " << slots << " units " << units << " most "
                                         << most);
         ASSERT_GE(got, 1);
