@@ -16,6 +16,11 @@ operand bf16, K+V of a block 64 KiB):
               token on each of its blocks: no waste, but each block serves 16 rows, and P goes
               through shared memory (a wgmma B operand).
   keys2       the same for 2 tokens a CTA (N = 32): each of the pair's blocks for both tokens.
+  tiles8      the union tile's CTA of 8 tokens and its loads, each 16-row tile (one token's
+              heads) computed with mma.sync only on the blocks its token selected, by all four
+              warps of its warpgroup (keys split for S, head dims for O, P through shared
+              memory): no waste, the bytes of union8; per row tile and block the warps read K and
+              V once (64 KiB), Q 4 KiB each (16) and P (16, and 4 written).
   warp16      a CTA of 16 tokens loads their union, and each of its 16 warps computes one
               token's 16 heads with mma.sync (the decode kernel's way) on that token's blocks
               only: no waste, 16 tokens share each load; K and V fragments come from shared
@@ -79,6 +84,7 @@ DESIGNS = [
     Design("keys1", 1, 1, 1, 16, (32 + 4 + 8 + 32) * 1024),
     Design("keys2", 2, 2, 2, 32, (32 + 8 + 16 + 32) * 1024),
     # K 32 KiB + V 32 KiB through ldmatrix for one warp's 16 rows (Q and P in registers).
+    Design("tiles8", 8, 8, 1, 16, (32 + 32 + 16 + 16 + 4) * 1024, MMA_SYNC_FLOPS),
     Design("warp16", 16, 16, 1, 16, (32 + 32) * 1024, MMA_SYNC_FLOPS),
 ]
 
