@@ -245,6 +245,7 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
   p.smem_layout = plan.smem;
   p.inflight_throttle = plan.inflight_throttle;
   p.pacing_slack = plan.pacing_slack;
+  p.token_tiles = plan.token_tiles;
 
   constexpr double kLog2e = 1.4426950408889634;
   p.scale_log2 = static_cast<float>(static_cast<double>(args.softmax_scale) *

@@ -68,9 +68,11 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
       warp_plan_kind(args, plan, tuning) != kWarpPlanNone && !plan.decode_kernel
           ? kWarpScratchBytes
           : 0;
+  const uint32_t exchange_bytes = plan.token_tiles ? 2 * kTokenTileExchangeBytes : 0;
   const uint32_t planning_bytes =
       align(candidates * 4, 16) * 2 + align(candidates * layout.mask_words * 4, 16) +
-      align(tokens * 4, 16) * 2 + warp_scratch_bytes + align(sizeof(SmemHeader), 16);
+      align(tokens * 4, 16) * 2 + warp_scratch_bytes + exchange_bytes +
+      align(sizeof(SmemHeader), 16);
   // K and V of one block, and with per-token fp8 scales theirs (2 x kStagedScaleFloats), staged beside
   // the block by the prefill kernel's converting threads (the decode kernel's warps take theirs
   // from global memory).
@@ -106,6 +108,8 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   offset += align(tokens * 4, 16);
   layout.warp_scratch = offset;
   offset += warp_scratch_bytes;
+  layout.token_tile_exchange = offset;
+  offset += exchange_bytes;
   layout.header = offset;
   layout.bytes = offset + align(sizeof(SmemHeader), 16);
   return layout;
@@ -318,6 +322,10 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   c.warp_planning = warp_plan_kind(args, c, tuning);
   // The speculative load (warp_planning.cuh) issues q's-dtype boxes: fp8 calls go without it.
   c.speculate_first_block = !converts_kv && tuned(tuning.speculate, 1, 0, 1) != 0;
+  // Row tiles by mma.sync on their own blocks (token_tile_consumer.cuh): measured only through
+  // the test-only override so far.
+  c.token_tiles = c.num_consumer_warpgroups == 2 && !c.decode_kernel && !converts_kv &&
+                  tuned(tuning.token_tiles, 0, 0, 1) == 1;
   c.smem = smem_layout(args, c, tuning);
   // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).
   if (c.smem.num_stages < (c.num_consumer_warpgroups == 2 ? 2 : 1)) {

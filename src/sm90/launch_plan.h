@@ -68,6 +68,7 @@ struct LaunchPlan {
   L2Promotion kv_l2_promotion = L2Promotion::kNone;
   int32_t inflight_throttle = 0;  // AttentionParams::inflight_throttle
   int32_t pacing_slack = 0;       // AttentionParams::pacing_slack
+  bool token_tiles = false;       // AttentionParams::token_tiles
 
   SmemLayout smem{};
   WorkspaceLayout workspace;

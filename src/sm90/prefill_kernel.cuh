@@ -13,6 +13,7 @@
 #include "sm90/producer.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/timeline.cuh"
+#include "sm90/token_tile_consumer.cuh"
 #include "sm90/warp_planning.cuh"
 
 namespace flashmsa::sm90 {
@@ -124,6 +125,9 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     if (kConsumers == 1 && runs_one_token_consumer(params, plan)) {
       consume_one_token<Element, kTemperatureLse, kKv>(params, smem, plan, work.kv_head,
                                                   work.head_chunk);
+    } else if (kKv == KvFormat::kNative && runs_token_tiles<kConsumers>(params, plan)) {
+      consume_token_tiles<Element, kTemperatureLse>(params, smem, plan, work.kv_head,
+                                                    work.head_chunk);
     } else {
       consume<Element, kTemperatureLse, kConsumers, kKv>(params, smem, plan, work.kv_head,
                                                     work.head_chunk);

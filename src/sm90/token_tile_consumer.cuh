@@ -1,0 +1,268 @@
+// A consumer warpgroup of the prefill kernel computing its 64 rows as four row tiles of 16 (one
+// token's 16 heads each at MiniMax-M3's group, or several tokens' heads at smaller groups), each
+// only on the blocks its tokens selected, with all four warps on every row tile it computes: the
+// one-token decode consumer's split (decode_consumer.cuh), over a warpgroup's row tiles.
+//   S = Q_t K^T   warp w: keys 32w .. 32w + 31 of the block, for every row tile t that reads it;
+//                 the row maxima go through shared memory (one barrier a block);
+//   P_t           warp w's probabilities of its keys go to shared memory (double-buffered: one
+//                 barrier a row tile);
+//   O_t += P_t V  warp w: head dims 32w .. 32w + 31 of row tile t over all 128 keys.
+// The union tile's wgmma computes a block for all 64 rows whichever of them selected it: 1.5-3.5x
+// the useful work on MiniMax-M3's selections (docs/performance.md, "The union tile as built").
+// Here the work is the useful work, and unlike one warp per row tile with mma.sync (measured:
+// with two stages, only the one or two warps of 8 whose tokens selected a resident block
+// compute) every warp takes a quarter of every row tile's work.
+// Each warp holds O of its 32 dims for the four row tiles (4 x 16 values), and the softmax state
+// of its rows per row tile.
+#pragma once
+
+#include <stdint.h>
+
+#include "sm90/cluster_reduce.cuh"
+#include "sm90/decode_consumer.cuh"
+#include "sm90/kernel_traits.h"
+#include "sm90/mma.cuh"
+#include "sm90/params.h"
+#include "sm90/planning.cuh"
+#include "sm90/ptx.cuh"
+#include "sm90/softmax.cuh"
+#include "sm90/split_combine.cuh"
+
+namespace flashmsa::sm90 {
+
+constexpr int kRowTiles = kRowsPerWarpgroup / kDecodeRows;  // 4 row tiles of 16 rows
+static_assert(kRowTiles == 4, "consume_token_tiles tests four row tiles");
+
+// What a warpgroup's four warps exchange (SmemLayout::token_tile_exchange, one per warpgroup).
+struct TokenTileExchange {
+  uint4 probabilities[2][kKeySteps][32];  // [buffer][k-step][lane]: P of one row tile
+  float4 block_max[kRowTiles][kDecodeRows];  // [tile][row]: the four warps' maxima
+  float4 row_sum[kRowTiles][kDecodeRows];    // [tile][row]: the four warps' sums, at the end
+  float4 row_sum_t[kRowTiles][kDecodeRows];
+};
+
+static_assert(sizeof(TokenTileExchange) == kTokenTileExchangeBytes,
+              "SmemLayout::token_tile_exchange sizes it from kernel_traits.h");
+
+__device__ __forceinline__ TokenTileExchange& token_tile_exchange(const Smem& smem,
+                                                                  int warpgroup) {
+  return reinterpret_cast<TokenTileExchange*>(smem.base + smem.layout.token_tile_exchange)
+      [warpgroup];
+}
+
+// Launch-uniform per CTA: the tile's warpgroups own their rows (not the shared-rows decode mode).
+template <int kConsumers>
+__device__ __forceinline__ bool runs_token_tiles(const AttentionParams& p, const TilePlan& plan) {
+  return kConsumers == 2 && p.token_tiles && plan.num_tokens > p.tokens_per_warpgroup;
+}
+
+// Per-warp values of a row tile, slots[row][warp] (post_row_values' layout, decode_consumer.cuh).
+__device__ __forceinline__ float row_max_of_slots(const float4* slots, int h) {
+  const float4 m = row_values(slots, h);
+  return fmaxf(fmaxf(m.x, m.y), fmaxf(m.z, m.w));
+}
+
+// P of one row tile for every warp's O += P V: lane l's fragment of k-step s is lane l's in every
+// warp (share_probabilities' layout).
+__device__ __forceinline__ void post_tile_probabilities(uint4 (&buffer)[kKeySteps][32],
+                                                        const uint32_t (&p)[2 * kWarpScoreTiles]) {
+  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int step = 0; step < kKeysPerWarp / 16; ++step) {
+    buffer[2 * warp + step][lane] =
+        make_uint4(p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]);
+  }
+}
+
+// O (16 rows x this warp's 32 dims) += P V over the block's 128 keys, P from `buffer`.
+template <typename Element>
+__device__ __forceinline__ void warp_tile_values(const uint4 (&buffer)[kKeySteps][32],
+                                                 uint32_t v_tile, int first_chunk, WarpOutput& o) {
+  const int lane = threadIdx.x % 32;
+  const int matrix = lane / 8;
+#pragma unroll
+  for (int step = 0; step < kKeySteps; ++step) {
+    const uint4 fragment = buffer[step][lane];
+    const uint32_t a[4] = {fragment.x, fragment.y, fragment.z, fragment.w};
+    const int key = 16 * step + 8 * (matrix % 2) + lane % 8;
+#pragma unroll
+    for (int pair = 0; pair < kDimChunksPerWarp / 2; ++pair) {
+      uint32_t b[4];
+      ldmatrix_x4_transposed(
+          b, swizzled_chunk(v_tile, key, first_chunk + 2 * pair + matrix / 2, kKvPanelBytes));
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * pair]), a, b[0], b[1]);
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * pair + 4]), a, b[2], b[3]);
+    }
+  }
+}
+
+// q's-dtype K/V only (the converted formats rewrite their stages for the wgmma consumer).
+template <typename Element, bool kTemperatureLse>
+__device__ inline void consume_token_tiles(const AttentionParams& p, const Smem& smem,
+                                           const TilePlan& plan, int kv_head, int head_chunk) {
+  const int warpgroup = threadIdx.x / 128 - 1;
+  const int thread = threadIdx.x % 128;
+  const int warp = thread / 32, lane = thread % 32;
+  const int first_key = warp * kKeysPerWarp;         // of each block, for S
+  const int first_chunk = warp * kDimChunksPerWarp;  // of each V row, for O
+  SmemHeader& header = smem.header();
+  TokenTileExchange& exchange = token_tile_exchange(smem, warpgroup);
+  const uint32_t q_tile = smem_address(smem.q(warpgroup));
+
+  // The two rows of each row tile this thread holds (rows 16 t + lane / 4 + 8 h of the
+  // warpgroup's 64): their tile token (-1: no such row) and the keys they may see.
+  int row_token[kRowTiles][2], key_limit[kRowTiles][2];
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const RowSource source =
+          row_source(p, plan, warpgroup, head_chunk, kDecodeRows * t + lane / 4 + 8 * h);
+      row_token[t][h] = source.valid ? source.tile_token : -1;
+      key_limit[t][h] = source.valid ? smem.token_key_limit()[source.tile_token] : 0;
+    }
+  }
+  const GlobalScales scales = global_scales(p);
+  OnlineSoftmax<kTemperatureLse> softmax[kRowTiles];
+  WarpOutput o[kRowTiles];
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t) {
+    softmax[t].init();
+#pragma unroll
+    for (int i = 0; i < 4 * kDimsPerWarp / 8; ++i) o[t][i] = 0.f;
+  }
+
+  const int num_stages = p.smem_layout.num_stages;
+  int buffer = 0;  // the P buffer the next row tile writes
+  RingCursor ring;
+  for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
+    const int stage = ring.stage;
+    const uint32_t phase = ring.phase;
+    const uint32_t* selected_by = smem.token_mask(u);
+    const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
+    // The keys of this warp's 32 each row sees; a row tile reads the block when one of its rows
+    // sees a key of it. Every warp holds the same rows, so the tiles read are the warpgroup's.
+    int visible[kRowTiles][2];
+    bool tile_reads[kRowTiles];
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t) {
+      bool any = false;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int token = row_token[t][h];
+        const bool selected = token >= 0 && ((selected_by[token / 32] >> (token % 32)) & 1);
+        const int seen = selected ? min(max(key_limit[t][h] - block_first_key, 0), kBlockKeys) : 0;
+        any |= seen > 0;
+        visible[t][h] = seen - first_key;
+      }
+      tile_reads[t] = __any_sync(0xffffffffu, any);
+    }
+
+    mbarrier_wait(&header.k_full[stage], phase);
+    if (!(tile_reads[0] || tile_reads[1] || tile_reads[2] || tile_reads[3])) {
+      // Arrive on both rings in order, without reading: keeps the barrier phases aligned.
+      mbarrier_arrive(&header.k_empty[stage]);
+      mbarrier_wait(&header.v_full[stage], phase);
+      mbarrier_arrive(&header.v_empty[stage]);
+      continue;
+    }
+    float s[kRowTiles][4 * kWarpScoreTiles];
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t) {
+      if (!tile_reads[t]) continue;
+      warp_scores<Element>(q_tile, smem_address(smem.k(stage)), first_key, s[t],
+                           kDecodeRows * t);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float row_max = max_over_row_quad(OnlineSoftmax<kTemperatureLse>::scale_and_mask_row(
+            s[t], h, visible[t][h], scales.scale_log2));
+        if (lane % 4 == 0) {
+          reinterpret_cast<float*>(&exchange.block_max[t][lane / 4 + 8 * h])[warp] = row_max;
+        }
+      }
+    }
+    release_stage(&header.k_empty[stage]);
+    // Every warp's maxima are posted; the barrier also means every warp is done with the P
+    // buffers of the previous block.
+    named_barrier_sync(1 + warpgroup, 128);
+
+    mbarrier_wait(&header.v_full[stage], phase);
+    if (plan.seqlen_k - block_first_key < kBlockKeys) {
+      zero_warp_value_tail(smem.v(stage), max(plan.seqlen_k - block_first_key, 0), first_chunk);
+    }
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t) {
+      if (!tile_reads[t]) continue;
+      float correction[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        correction[h] = softmax[t].exponentiate_row(
+            s[t], h, row_max_of_slots(exchange.block_max[t], h), p.lse_temperature);
+      }
+      uint32_t probabilities[2 * kWarpScoreTiles];
+      OnlineSoftmax<kTemperatureLse>::template pack_probabilities<Element>(s[t], probabilities);
+      post_tile_probabilities(exchange.probabilities[buffer], probabilities);
+      OnlineSoftmax<kTemperatureLse>::rescale(o[t], correction);
+      // P of all 128 keys is posted; the buffer written next was last read before the previous
+      // row tile's barrier (or the block's).
+      named_barrier_sync(1 + warpgroup, 128);
+      warp_tile_values<Element>(exchange.probabilities[buffer], smem_address(smem.v(stage)),
+                                first_chunk, o[t]);
+      buffer ^= 1;
+    }
+    release_stage(&header.v_empty[stage]);
+  }
+
+  // Epilogue: the rows' sums over the four warps' keys, then each row tile's normalised rows
+  // (fp32 partials to the workspace with a KV split).
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t) {
+    float sum[2], sum_t[2];
+    softmax[t].quad_sums(sum, sum_t);
+    post_row_values(exchange.row_sum[t], sum);
+    if (kTemperatureLse) post_row_values(exchange.row_sum_t[t], sum_t);
+  }
+  named_barrier_sync(1 + warpgroup, 128);
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t) {
+    float sum[2], sum_t[2], lse[2], lse_t[2], scale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float4 v = row_values(exchange.row_sum[t], h);
+      sum[h] = (v.x + v.y) + (v.z + v.w);
+      sum_t[h] = 0.f;
+      if (kTemperatureLse) {
+        const float4 w = row_values(exchange.row_sum_t[t], h);
+        sum_t[h] = (w.x + w.y) + (w.z + w.w);
+      }
+    }
+    softmax[t].lse_of_sums(sum, sum_t, p.lse_temperature, lse, lse_t);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      scale[h] = sum[h] > 0.f ? scales.v_global_scale * reciprocal_flush(sum[h]) : 0.f;
+    }
+    const RowPartial partial = gather_row_partial(o[t], scale, lse, lse_t);
+    const RowSource source =
+        row_source(p, plan, warpgroup, head_chunk, kDecodeRows * t + partial.row);
+    if (!source.valid) continue;
+    const int64_t token = plan.first_row + source.tile_token;
+    const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + source.head;
+    if (p.num_splits > 1) {  // fp32 partials for merge.cu
+      const int64_t partial_row = workspace_partial_row(p, plan.split, token, head);
+      store_row_partial<kTemperatureLse>(partial, p.partial_out + partial_row * kHeadDim,
+                                         p.partial_lse + partial_row,
+                                         p.partial_lse_t + partial_row);
+      continue;
+    }
+    Element* out = static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) +
+                   partial.column;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) store4(out + kRowPartialStride * j, partial.value[j]);
+    if (partial.sends_lse) {
+      if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = partial.lse;
+      if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = partial.lse_t;
+    }
+  }
+}
+
+}  // namespace flashmsa::sm90
