@@ -86,6 +86,8 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
                                   RoleConfig<kConsumers>::kCtasPerSm)
     prefill_kernel(const __grid_constant__ AttentionParams params) {
   using Roles = RoleConfig<kConsumers, kKv>;
+  // Only these instantiations compile the token-tile consumer (token_tile_consumer.cuh).
+  constexpr bool kTokenTileKernel = kConsumers == 2 && kKv == KvFormat::kNative;
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
   const CtaWork work = cta_work(params);
@@ -125,9 +127,11 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     if (kConsumers == 1 && runs_one_token_consumer(params, plan)) {
       consume_one_token<Element, kTemperatureLse, kKv>(params, smem, plan, work.kv_head,
                                                   work.head_chunk);
-    } else if (kKv == KvFormat::kNative && runs_token_tiles<kConsumers>(params, plan)) {
-      consume_token_tiles<Element, kTemperatureLse>(params, smem, plan, work.kv_head,
-                                                    work.head_chunk);
+    } else if (kTokenTileKernel && runs_token_tiles(params, plan)) {
+      if constexpr (kTokenTileKernel) {
+        consume_token_tiles<Element, kTemperatureLse>(params, smem, plan, work.kv_head,
+                                                      work.head_chunk);
+      }
     } else {
       consume<Element, kTemperatureLse, kConsumers, kKv>(params, smem, plan, work.kv_head,
                                                     work.head_chunk);

@@ -50,10 +50,10 @@ __device__ __forceinline__ TokenTileExchange& token_tile_exchange(const Smem& sm
       [warpgroup];
 }
 
-// Launch-uniform per CTA: the tile's warpgroups own their rows (not the shared-rows decode mode).
-template <int kConsumers>
+// Launch-uniform per CTA, in the two-consumer kernel: the plan asks for row tiles, and the tile's
+// warpgroups own their rows (not the shared-rows decode mode, consumer.cuh).
 __device__ __forceinline__ bool runs_token_tiles(const AttentionParams& p, const TilePlan& plan) {
-  return kConsumers == 2 && p.token_tiles && plan.num_tokens > p.tokens_per_warpgroup;
+  return p.token_tiles && plan.num_tokens > p.tokens_per_warpgroup;
 }
 
 // Per-warp values of a row tile, slots[row][warp] (post_row_values' layout, decode_consumer.cuh).
