@@ -147,6 +147,13 @@ struct SmemHeader {
   int32_t pacing_boost;
 };
 
+// The token-tile consumer's exchange of one warpgroup (token_tile_consumer.cuh:
+// TokenTileExchange): P of one row tile twice (2 x 8 x 32 x 16 B), the maxima and sums of four
+// row tiles' 16 rows from four warps (3 x 4 x 16 x 16 B). Launches of that kernel place two of
+// them right after the header (kTokenTileExchangeOffset past SmemLayout::header).
+constexpr uint32_t kTokenTileExchangeBytes = 2 * 8 * 32 * 16 + 3 * 4 * 16 * 16;
+constexpr uint32_t kTokenTileExchangeOffset = (sizeof(SmemHeader) + 15) / 16 * 16;
+
 // Warp planning's scratch (SmemLayout::warp_scratch): the guessed request's page-table row,
 // kPageRowLoadsPerThread entries per thread of warps 1 and up, then the union slot of each of
 // the tile's (at most 128) index entries.
@@ -180,11 +187,6 @@ constexpr int kMaxMergeSplits = 64;
 constexpr int kStagedScaleRowFloats = 40;
 constexpr int kStagedScaleFloats = 4 * kStagedScaleRowFloats;
 
-// The token-tile consumer's exchange of one warpgroup (token_tile_consumer.cuh:
-// TokenTileExchange): P of one row tile twice (2 x 8 x 32 x 16 B), the maxima and sums of four
-// row tiles' 16 rows from four warps (3 x 4 x 16 x 16 B).
-constexpr uint32_t kTokenTileExchangeBytes = 2 * 8 * 32 * 16 + 3 * 4 * 16 * 16;
-
 struct SmemLayout {
   uint32_t q[kMaxConsumerWarpgroups];  // equal when the warpgroups share their rows
   uint32_t k, v;                       // rings of num_stages x 32 KiB
@@ -199,7 +201,6 @@ struct SmemLayout {
   uint32_t token_key_limit;            // int32[tokens_per_tile]: keys [0, limit) are visible
   uint32_t token_first_negative;       // int32[tokens_per_tile]
   uint32_t warp_scratch;               // kWarpScratchBytes, launches that plan in one warp only
-  uint32_t token_tile_exchange;        // 2 x kTokenTileExchangeBytes, token_tiles launches only
   uint32_t header;                     // SmemHeader
   int32_t num_stages;
   int32_t mask_words;

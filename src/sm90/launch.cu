@@ -245,7 +245,6 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
   p.smem_layout = plan.smem;
   p.inflight_throttle = plan.inflight_throttle;
   p.pacing_slack = plan.pacing_slack;
-  p.token_tiles = plan.token_tiles;
 
   constexpr double kLog2e = 1.4426950408889634;
   p.scale_log2 = static_cast<float>(static_cast<double>(args.softmax_scale) *
@@ -324,7 +323,8 @@ void run_sm90(const flashmsa_args& args, const sm90::LaunchPlan& plan) {
     constexpr sm90::KvFormat kKv = decltype(format)::value;
     return plan.decode_kernel
                ? sm90::launch_decode<Element, kKv>(params, grid, temperature_lse, stream)
-               : sm90::launch_prefill<Element, kKv>(params, grid, temperature_lse, stream);
+               : sm90::launch_prefill<Element, kKv>(params, grid, temperature_lse,
+                                                    plan.token_tiles, stream);
   });
   check_cuda(status, plan.decode_kernel ? "launching the sm90 decode kernel"
                                         : "launching the sm90 prefill kernel");

@@ -108,10 +108,8 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   offset += align(tokens * 4, 16);
   layout.warp_scratch = offset;
   offset += warp_scratch_bytes;
-  layout.token_tile_exchange = offset;
-  offset += exchange_bytes;
   layout.header = offset;
-  layout.bytes = offset + align(sizeof(SmemHeader), 16);
+  layout.bytes = offset + align(sizeof(SmemHeader), 16) + exchange_bytes;
   return layout;
 }
 

@@ -68,7 +68,9 @@ struct LaunchPlan {
   L2Promotion kv_l2_promotion = L2Promotion::kNone;
   int32_t inflight_throttle = 0;  // AttentionParams::inflight_throttle
   int32_t pacing_slack = 0;       // AttentionParams::pacing_slack
-  bool token_tiles = false;       // AttentionParams::token_tiles
+  // The two-consumer kernel with the token-tile consumer (token_tile_consumer.cuh; a kernel of
+  // its own, launched only through the test-only override token_tiles=1).
+  bool token_tiles = false;
 
   SmemLayout smem{};
   WorkspaceLayout workspace;

@@ -71,10 +71,6 @@ struct AttentionParams {
   // operands in flight per CTA). The plan gives multi-token prediction 2 (launch_plan.cpp), the
   // rest 0, and rings of one stage always 0; the test-only throttle override sets it.
   int32_t inflight_throttle;
-  // The two-consumer kernel's tiles of q's-dtype K/V computed by row tiles with mma.sync, each
-  // on the blocks its tokens selected (token_tile_consumer.cuh), instead of the union tile's
-  // wgmma (consumer.cuh).
-  int32_t token_tiles;
 
   // KV split: num_splits CTAs share each tile's union of blocks. Decode launches run them as
   // one thread-block cluster that combines the partials through distributed shared memory

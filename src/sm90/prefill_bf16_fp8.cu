@@ -3,6 +3,6 @@
 #include "sm90/prefill_launch_impl.cuh"
 
 namespace flashmsa::sm90 {
-template cudaError_t launch_prefill<__nv_bfloat16, KvFormat::kFp8>(const AttentionParams&, dim3,
-                                                                   bool, cudaStream_t);
+template cudaError_t launch_prefill<__nv_bfloat16, KvFormat::kFp8>(
+    const AttentionParams&, dim3, bool, bool, cudaStream_t);
 }  // namespace flashmsa::sm90

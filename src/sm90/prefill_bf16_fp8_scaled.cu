@@ -4,5 +4,5 @@
 
 namespace flashmsa::sm90 {
 template cudaError_t launch_prefill<__nv_bfloat16, KvFormat::kFp8TokenScaled>(
-    const AttentionParams&, dim3, bool, cudaStream_t);
+    const AttentionParams&, dim3, bool, bool, cudaStream_t);
 }  // namespace flashmsa::sm90

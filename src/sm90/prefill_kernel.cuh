@@ -79,15 +79,17 @@ __device__ __forceinline__ TilePlan prepare_tile(const AttentionParams& params, 
 }
 
 // kKv: how K and V are stored (kernel_traits.h); the consumers rewrite converted formats'
-// stages (kv_convert.cuh).
+// stages (kv_convert.cuh). kTokenTiles: the two-consumer kernel of q's-dtype K/V with the
+// token-tile consumer (token_tile_consumer.cuh), a kernel of its own that only the test-only
+// override token_tiles=1 launches, so that the release kernels compile as they were.
 template <typename Element, bool kTemperatureLse, int kConsumers,
-          KvFormat kKv = KvFormat::kNative>
+          KvFormat kKv = KvFormat::kNative, bool kTokenTiles = false>
 __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
                                   RoleConfig<kConsumers>::kCtasPerSm)
     prefill_kernel(const __grid_constant__ AttentionParams params) {
   using Roles = RoleConfig<kConsumers, kKv>;
-  // Only these instantiations compile the token-tile consumer (token_tile_consumer.cuh).
-  constexpr bool kTokenTileKernel = kConsumers == 2 && kKv == KvFormat::kNative;
+  static_assert(!kTokenTiles || (kConsumers == 2 && kKv == KvFormat::kNative),
+                "the token-tile consumer takes two consumer warpgroups and q's-dtype K/V");
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
   const CtaWork work = cta_work(params);
@@ -127,8 +129,8 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     if (kConsumers == 1 && runs_one_token_consumer(params, plan)) {
       consume_one_token<Element, kTemperatureLse, kKv>(params, smem, plan, work.kv_head,
                                                   work.head_chunk);
-    } else if (kTokenTileKernel && runs_token_tiles(params, plan)) {
-      if constexpr (kTokenTileKernel) {
+    } else if (kTokenTiles && runs_token_tiles(params, plan)) {
+      if constexpr (kTokenTiles) {
         consume_token_tiles<Element, kTemperatureLse>(params, smem, plan, work.kv_head,
                                                       work.head_chunk);
       }

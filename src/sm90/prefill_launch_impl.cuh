@@ -7,12 +7,13 @@
 
 namespace flashmsa::sm90 {
 
-template <typename Element, KvFormat kKv, bool kTemperatureLse, int kConsumers>
+template <typename Element, KvFormat kKv, bool kTemperatureLse, int kConsumers,
+          bool kTokenTiles = false>
 cudaError_t launch_prefill_variant(const AttentionParams& params, dim3 grid, cudaStream_t stream) {
   static thread_local int configured_device = -1;
-  return launch_attention_kernel(prefill_kernel<Element, kTemperatureLse, kConsumers, kKv>,
-                                 configured_device, params, grid,
-                                 RoleConfig<kConsumers>::kThreads, stream);
+  return launch_attention_kernel(
+      prefill_kernel<Element, kTemperatureLse, kConsumers, kKv, kTokenTiles>, configured_device,
+      params, grid, RoleConfig<kConsumers>::kThreads, stream);
 }
 
 // The query behind max_active_one_consumer_clusters (prefill_bf16.cu instantiates it for bf16
@@ -25,7 +26,14 @@ int max_active_one_consumer_clusters_of(uint32_t shared_bytes, int cluster_size)
 
 template <typename Element, KvFormat kKv>
 cudaError_t launch_prefill(const AttentionParams& params, dim3 grid, bool temperature_lse,
-                           cudaStream_t stream) {
+                           bool token_tiles, cudaStream_t stream) {
+  if constexpr (kKv == KvFormat::kNative) {
+    if (token_tiles) {
+      return temperature_lse
+                 ? launch_prefill_variant<Element, kKv, true, 2, true>(params, grid, stream)
+                 : launch_prefill_variant<Element, kKv, false, 2, true>(params, grid, stream);
+    }
+  }
   if (params.num_consumer_warpgroups == 1) {
     return temperature_lse ? launch_prefill_variant<Element, kKv, true, 1>(params, grid, stream)
                            : launch_prefill_variant<Element, kKv, false, 1>(params, grid, stream);

@@ -46,14 +46,14 @@ static_assert(sizeof(TokenTileExchange) == kTokenTileExchangeBytes,
 
 __device__ __forceinline__ TokenTileExchange& token_tile_exchange(const Smem& smem,
                                                                   int warpgroup) {
-  return reinterpret_cast<TokenTileExchange*>(smem.base + smem.layout.token_tile_exchange)
-      [warpgroup];
+  return reinterpret_cast<TokenTileExchange*>(smem.base + smem.layout.header +
+                                              kTokenTileExchangeOffset)[warpgroup];
 }
 
-// Launch-uniform per CTA, in the two-consumer kernel: the plan asks for row tiles, and the tile's
-// warpgroups own their rows (not the shared-rows decode mode, consumer.cuh).
+// Launch-uniform per CTA, in the token-tile kernel: the tile's warpgroups own their rows (not
+// the shared-rows decode mode, consumer.cuh, which runs as before).
 __device__ __forceinline__ bool runs_token_tiles(const AttentionParams& p, const TilePlan& plan) {
-  return p.token_tiles && plan.num_tokens > p.tokens_per_warpgroup;
+  return plan.num_tokens > p.tokens_per_warpgroup;
 }
 
 // Per-warp values of a row tile, slots[row][warp] (post_row_values' layout, decode_consumer.cuh).
