@@ -1,4 +1,4 @@
-# On the H200, one call: branch probe/per-warp-mma (753aad0) against 0fdd84f's library
+# On the H200, one call: the probe of commit 753aad0 (reverted by 0325958) against 0fdd84f's library
 # (prefill_base.log), every production case and M3 at 8K/32K/128K; wgmma_min_warps=N computes a
 # block by wgmma when at least N of a warpgroup's warps' rows selected it, else by the
 # selecting warps with mma.sync (1: every block by wgmma, 5: none). Then the contract and
