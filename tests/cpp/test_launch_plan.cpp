@@ -207,6 +207,29 @@ TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
   }
 }
 
+// The token-tile kernel (test-only override): two-consumer prefill of q's-dtype K/V only, the
+// same launch otherwise, its two exchanges after the header.
+TEST(LaunchPlan, TokenTilesOverrideTakesTheTwoConsumerNativeKernelOnly) {
+  flashmsa_tuning tuning = sm90::default_tuning();
+  tuning.token_tiles = 1;
+  const LaunchPlan plain = plan_of(kPrefill32K);
+  const LaunchPlan tiles = plan_of(kPrefill32K, tuning);
+  EXPECT_FALSE(plain.token_tiles);
+  EXPECT_TRUE(tiles.token_tiles);
+  expect_same_kernel_and_grid(tiles, plain);
+  EXPECT_EQ(tiles.smem.num_stages, plain.smem.num_stages);
+  EXPECT_EQ(tiles.smem.header, plain.smem.header);
+  EXPECT_EQ(tiles.smem.bytes, plain.smem.bytes + 2 * sm90::kTokenTileExchangeBytes);
+  EXPECT_LE(tiles.smem.bytes + sm90::kSharedMemoryAlignmentSlack,
+            static_cast<uint32_t>(sm90::kSharedMemoryLimit));
+  flashmsa_args fp8 = args_of(kPrefill32K);
+  fp8.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
+  EXPECT_FALSE(plan_launch(fp8, h200(), tuning).token_tiles);
+  EXPECT_FALSE(plan_of(kDecodeBatch64, tuning).token_tiles);
+  tuning.token_tiles = 0;
+  EXPECT_FALSE(plan_of(kPrefill32K, tuning).token_tiles);
+}
+
 TEST(LaunchPlan, ShortPrefillChunksOfOneToTwoWavesSplit) {
   // The production short chunks: 171 tokens (22 tiles x 4 KV heads = 88 units) 3 splits, 347
   // tokens (176 units) 3, through the workspace; 1404 tokens (704 units) and multi-token
