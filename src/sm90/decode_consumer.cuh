@@ -44,6 +44,10 @@ constexpr int kDimsPerWarp = kHeadDim / 4;         // 32: O of warp w
 constexpr int kKeySteps = kBlockKeys / 16;         // k-steps of O += P V
 constexpr int kDimChunksPerWarp = kDimsPerWarp / 8;  // 16-byte chunks of a V row
 
+// P of one 16-row tile over a block's 128 keys as A fragments, [k-step][lane]: what the four warps
+// exchange for O += P V (share_probabilities, warp_values).
+using ProbabilityFragments = uint4[kKeySteps][32];
+
 // A thread's share of its warp's O: 16 rows x 32 dims, element 4 * j + 2 * h + c at row
 // lane / 4 + 8 * h, dim 32 * warp + 8 * j + 2 * (lane % 4) + c.
 using WarpOutput = float[4 * kDimsPerWarp / 8];
@@ -53,7 +57,7 @@ static_assert(kDimsPerWarp == 32,
 // What the four warps exchange, in the Q buffer's rows 16..63 (a one-token tile loads only rows
 // 0..15; they are idle once Q is loaded).
 struct OneTokenExchange {
-  uint4 probabilities[kKeySteps][32];  // k-step s's A fragment of lane l (warp s / 2 writes it)
+  ProbabilityFragments probabilities;  // k-step s's A fragment of lane l (warp s / 2 writes it)
   float4 block_max[kDecodeRows];       // [row]: the four warps' maxima of the row in the block
   float4 row_sum[kDecodeRows];         // [row]: the four warps' sums, at the end
   float4 row_sum_t[kDecodeRows];
@@ -152,6 +156,15 @@ __device__ __forceinline__ float4 row_values(const float4* slots, int h) {
   const int lane = threadIdx.x % 32;
   return slots[lane / 4 + 8 * h];
 }
+// The four warps' values of row h: their max, and their sum in a fixed order.
+__device__ __forceinline__ float max_of_row_values(const float4* slots, int h) {
+  const float4 m = row_values(slots, h);
+  return fmaxf(fmaxf(m.x, m.y), fmaxf(m.z, m.w));
+}
+__device__ __forceinline__ float sum_of_row_values(const float4* slots, int h) {
+  const float4 s = row_values(slots, h);
+  return (s.x + s.y) + (s.z + s.w);
+}
 
 // The block's row maxima over all four warps' keys, from each warp's over its own (quad-reduced
 // by scale_and_mask_row and max_over_row_quad): every warp reads the same four values in the
@@ -161,33 +174,30 @@ __device__ __forceinline__ void share_block_max(OneTokenExchange& exchange, floa
   post_row_values(exchange.block_max, block_max);
   named_barrier_sync(kConsumerBarrier, 128);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float4 m = row_values(exchange.block_max, h);
-    block_max[h] = fmaxf(fmaxf(m.x, m.y), fmaxf(m.z, m.w));
-  }
+  for (int h = 0; h < 2; ++h) block_max[h] = max_of_row_values(exchange.block_max, h);
 }
 
 // This warp's probabilities (A fragments of k-steps 2w and 2w + 1, in S's accumulator order)
 // for every warp's O += P V: lane l's fragment of a k-step is lane l's in every warp.
-__device__ __forceinline__ void share_probabilities(OneTokenExchange& exchange,
+__device__ __forceinline__ void share_probabilities(ProbabilityFragments& fragments,
                                                     const uint32_t (&p)[2 * kWarpScoreTiles]) {
   const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
 #pragma unroll
   for (int step = 0; step < kKeysPerWarp / 16; ++step) {
-    exchange.probabilities[2 * warp + step][lane] =
+    fragments[2 * warp + step][lane] =
         make_uint4(p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]);
   }
 }
 
-// O (16 rows x this warp's 32 dims) += P V over the block's 128 keys, P from the exchange.
+// O (16 rows x this warp's 32 dims) += P V over the block's 128 keys, P from share_probabilities.
 template <typename Element>
-__device__ __forceinline__ void warp_values(const OneTokenExchange& exchange, uint32_t v_tile,
-                                            int first_chunk, WarpOutput& o) {
+__device__ __forceinline__ void warp_values(const ProbabilityFragments& fragments,
+                                            uint32_t v_tile, int first_chunk, WarpOutput& o) {
   const int lane = threadIdx.x % 32;
   const int matrix = lane / 8;
 #pragma unroll
   for (int step = 0; step < kKeySteps; ++step) {
-    const uint4 fragment = exchange.probabilities[step][lane];
+    const uint4 fragment = fragments[step][lane];
     const uint32_t a[4] = {fragment.x, fragment.y, fragment.z, fragment.w};
     const int key = 16 * step + 8 * (matrix % 2) + lane % 8;
 #pragma unroll
@@ -236,12 +246,8 @@ __device__ __forceinline__ void share_row_sums(OneTokenExchange& exchange, float
   named_barrier_sync(kConsumerBarrier, 128);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float4 s = row_values(exchange.row_sum, h);
-    sum[h] = (s.x + s.y) + (s.z + s.w);
-    if (kTemperatureLse) {
-      const float4 t = row_values(exchange.row_sum_t, h);
-      sum_t[h] = (t.x + t.y) + (t.z + t.w);
-    }
+    sum[h] = sum_of_row_values(exchange.row_sum, h);
+    if (kTemperatureLse) sum_t[h] = sum_of_row_values(exchange.row_sum_t, h);
   }
 }
 
@@ -419,7 +425,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     }
     uint32_t probabilities[2 * kWarpScoreTiles];
     OnlineSoftmax<kTemperatureLse>::template pack_probabilities<Element>(s, probabilities);
-    share_probabilities(exchange, probabilities);
+    share_probabilities(exchange.probabilities, probabilities);
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
     if constexpr (is_fp8(kKv)) {
       mbarrier_wait(&header.v_full[stage], phase);
@@ -442,7 +448,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
                              first_chunk);
       }
     }
-    warp_values<Element>(exchange, smem_address(smem.v(stage)), first_chunk, o);
+    warp_values<Element>(exchange.probabilities, smem_address(smem.v(stage)), first_chunk, o);
     release_stage(&header.v_empty[stage]);
   }
   FLASHMSA_MARK(kMarkLoopDone);

@@ -35,7 +35,7 @@ static_assert(kRowTiles == 4, "consume_token_tiles tests four row tiles");
 
 // What a warpgroup's four warps exchange (SmemLayout::token_tile_exchange, one per warpgroup).
 struct TokenTileExchange {
-  uint4 probabilities[2][kKeySteps][32];  // [buffer][k-step][lane]: P of one row tile
+  ProbabilityFragments probabilities[2];  // P of one row tile, double-buffered
   float4 block_max[kRowTiles][kDecodeRows];  // [tile][row]: the four warps' maxima
   float4 row_sum[kRowTiles][kDecodeRows];    // [tile][row]: the four warps' sums, at the end
   float4 row_sum_t[kRowTiles][kDecodeRows];
@@ -54,46 +54,6 @@ __device__ __forceinline__ TokenTileExchange& token_tile_exchange(const Smem& sm
 // the shared-rows decode mode, consumer.cuh, which runs as before).
 __device__ __forceinline__ bool runs_token_tiles(const AttentionParams& p, const TilePlan& plan) {
   return plan.num_tokens > p.tokens_per_warpgroup;
-}
-
-// Per-warp values of a row tile, slots[row][warp] (post_row_values' layout, decode_consumer.cuh).
-__device__ __forceinline__ float row_max_of_slots(const float4* slots, int h) {
-  const float4 m = row_values(slots, h);
-  return fmaxf(fmaxf(m.x, m.y), fmaxf(m.z, m.w));
-}
-
-// P of one row tile for every warp's O += P V: lane l's fragment of k-step s is lane l's in every
-// warp (share_probabilities' layout).
-__device__ __forceinline__ void post_tile_probabilities(uint4 (&buffer)[kKeySteps][32],
-                                                        const uint32_t (&p)[2 * kWarpScoreTiles]) {
-  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int step = 0; step < kKeysPerWarp / 16; ++step) {
-    buffer[2 * warp + step][lane] =
-        make_uint4(p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]);
-  }
-}
-
-// O (16 rows x this warp's 32 dims) += P V over the block's 128 keys, P from `buffer`.
-template <typename Element>
-__device__ __forceinline__ void warp_tile_values(const uint4 (&buffer)[kKeySteps][32],
-                                                 uint32_t v_tile, int first_chunk, WarpOutput& o) {
-  const int lane = threadIdx.x % 32;
-  const int matrix = lane / 8;
-#pragma unroll
-  for (int step = 0; step < kKeySteps; ++step) {
-    const uint4 fragment = buffer[step][lane];
-    const uint32_t a[4] = {fragment.x, fragment.y, fragment.z, fragment.w};
-    const int key = 16 * step + 8 * (matrix % 2) + lane % 8;
-#pragma unroll
-    for (int pair = 0; pair < kDimChunksPerWarp / 2; ++pair) {
-      uint32_t b[4];
-      ldmatrix_x4_transposed(
-          b, swizzled_chunk(v_tile, key, first_chunk + 2 * pair + matrix / 2, kKvPanelBytes));
-      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * pair]), a, b[0], b[1]);
-      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * pair + 4]), a, b[2], b[3]);
-    }
-  }
 }
 
 // q's-dtype K/V only (the converted formats rewrite their stages for the wgmma consumer).
@@ -197,17 +157,17 @@ __device__ inline void consume_token_tiles(const AttentionParams& p, const Smem&
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         correction[h] = softmax[t].exponentiate_row(
-            s[t], h, row_max_of_slots(exchange.block_max[t], h), p.lse_temperature);
+            s[t], h, max_of_row_values(exchange.block_max[t], h), p.lse_temperature);
       }
       uint32_t probabilities[2 * kWarpScoreTiles];
       OnlineSoftmax<kTemperatureLse>::template pack_probabilities<Element>(s[t], probabilities);
-      post_tile_probabilities(exchange.probabilities[buffer], probabilities);
+      share_probabilities(exchange.probabilities[buffer], probabilities);
       OnlineSoftmax<kTemperatureLse>::rescale(o[t], correction);
       // P of all 128 keys is posted; the buffer written next was last read before the previous
       // row tile's barrier (or the block's).
       named_barrier_sync(1 + warpgroup, 128);
-      warp_tile_values<Element>(exchange.probabilities[buffer], smem_address(smem.v(stage)),
-                                first_chunk, o[t]);
+      warp_values<Element>(exchange.probabilities[buffer], smem_address(smem.v(stage)),
+                           first_chunk, o[t]);
       buffer ^= 1;
     }
     release_stage(&header.v_empty[stage]);
@@ -228,13 +188,8 @@ __device__ inline void consume_token_tiles(const AttentionParams& p, const Smem&
     float sum[2], sum_t[2], lse[2], lse_t[2], scale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float4 v = row_values(exchange.row_sum[t], h);
-      sum[h] = (v.x + v.y) + (v.z + v.w);
-      sum_t[h] = 0.f;
-      if (kTemperatureLse) {
-        const float4 w = row_values(exchange.row_sum_t[t], h);
-        sum_t[h] = (w.x + w.y) + (w.z + w.w);
-      }
+      sum[h] = sum_of_row_values(exchange.row_sum[t], h);
+      sum_t[h] = kTemperatureLse ? sum_of_row_values(exchange.row_sum_t[t], h) : 0.f;
     }
     softmax[t].lse_of_sums(sum, sum_t, p.lse_temperature, lse, lse_t);
 #pragma unroll

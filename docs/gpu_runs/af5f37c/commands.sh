@@ -21,4 +21,4 @@ python3 -m pytest -q tests/gpu/test_gpu_contract.py tests/gpu/test_gpu_layouts.p
 python3 -m pytest -q tests/gpu/test_gpu_int32_limits.py tests/gpu/test_gpu_quantized_kv.py \
   tests/gpu/test_gpu_build.py > gpu_tests_c.log
 timeout 165 python3 -m pytest -q tests/gpu/test_gpu_one_token.py tests/gpu/test_gpu_decode.py \
-  > gpu_tests_d.log  # cut by the session's device time after 96 of 103 tests, all passed
+  > gpu_tests_d.log  # cut by its time limit after 96 of 103 tests, all passed
