@@ -79,15 +79,13 @@ __device__ __forceinline__ bool runs_one_token_consumer(const AttentionParams& p
 // S (16 rows x this warp's 32 keys) = Q K^T, element 4 * j + 2 * h + c at row lane / 4 + 8 * h,
 // key 8 * j + 2 * (lane % 4) + c of the warp's keys. Q rows 0..15 (the token's heads; rows past
 // the group are zero) come from the swizzled Q buffer, one A fragment per k-step: read again for
-// every block rather than held in 32 registers across the loop. first_q_row: the row tile's first
-// row in the Q buffer (a multiple of 8; token_tile_consumer.cuh's row tiles).
+// every block rather than held in 32 registers across the loop.
 template <typename Element>
 __device__ __forceinline__ void warp_scores(uint32_t q_tile, uint32_t k_tile, int first_key,
-                                            float (&s)[4 * kWarpScoreTiles],
-                                            int first_q_row = 0) {
+                                            float (&s)[4 * kWarpScoreTiles]) {
   const int lane = threadIdx.x % 32;
   const int matrix = lane / 8;
-  const int q_row = first_q_row + (matrix % 2) * 8 + lane % 8;
+  const int q_row = (matrix % 2) * 8 + lane % 8;
 #pragma unroll
   for (int i = 0; i < 4 * kWarpScoreTiles; ++i) s[i] = 0.f;
 #pragma unroll

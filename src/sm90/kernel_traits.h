@@ -147,13 +147,6 @@ struct SmemHeader {
   int32_t pacing_boost;
 };
 
-// The token-tile consumer's exchange of one warpgroup (token_tile_consumer.cuh:
-// TokenTileExchange): P of one row tile twice (2 x 8 x 32 x 16 B), the maxima and sums of four
-// row tiles' 16 rows from four warps (3 x 4 x 16 x 16 B). Launches of that kernel place two of
-// them right after the header (kTokenTileExchangeOffset past SmemLayout::header).
-constexpr uint32_t kTokenTileExchangeBytes = 2 * 8 * 32 * 16 + 3 * 4 * 16 * 16;
-constexpr uint32_t kTokenTileExchangeOffset = (sizeof(SmemHeader) + 15) / 16 * 16;
-
 // Warp planning's scratch (SmemLayout::warp_scratch): the guessed request's page-table row,
 // kPageRowLoadsPerThread entries per thread of warps 1 and up, then the union slot of each of
 // the tile's (at most 128) index entries.
@@ -189,7 +182,7 @@ constexpr int kStagedScaleFloats = 4 * kStagedScaleRowFloats;
 
 struct SmemLayout {
   uint32_t q[kMaxConsumerWarpgroups];  // equal when the warpgroups share their rows
-  uint32_t k, v;                       // rings of num_stages x 32 KiB
+  uint32_t k, v;                       // rings of num_stages x 32 KiB (compact: 16 KiB)
   uint32_t token_scales;               // per-token fp8 scales, num_stages x 2 x kStagedScaleFloats
                                        // (empty: the call has none, or the decode kernel)
   uint32_t received;                   // (num_splits - 1) x push_slot_bytes, push_reduce only
@@ -228,6 +221,14 @@ struct Smem {
   }
   __device__ __forceinline__ uint8_t* v(int stage) const {
     return base + layout.v + stage * kKvTileBytes;
+  }
+  // The token-warp kernel's compact rings (token_warp_consumer.cuh): stages of one fp8 box,
+  // kFp8TileBytes each, read where TMA lands them.
+  __device__ __forceinline__ uint8_t* compact_k(int stage) const {
+    return base + layout.k + stage * kFp8TileBytes;
+  }
+  __device__ __forceinline__ uint8_t* compact_v(int stage) const {
+    return base + layout.v + stage * kFp8TileBytes;
   }
   // A stage's per-token scales (token_scales.cuh): K's kStagedScaleFloats, then V's.
   __device__ __forceinline__ float* token_scales(int stage) const {

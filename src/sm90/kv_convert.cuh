@@ -44,14 +44,30 @@ __device__ __forceinline__ uint32_t e4m3_pair_to_half2(uint32_t two_e4m3) {
 // its instructions a value through fp16 and fp32) held fp8 prefill at half the bf16 speed.
 // An E4M3 byte s eeee mmm placed as s . eeee mmm 0000 in a 16-bit half is the bf16 of its value
 // times 2^-120 (the exponent biases are 7 and 127), subnormals included (bf16 subnormals); the
-// multiply by 2^120 is exact. The two NaN bytes (0x7f, 0xff) read as +-480.
+// multiply by 2^120 is exact. The two NaN bytes (0x7f, 0xff) read as +-480. fp16 the same way
+// (e4m3_placed_pair), for consumers that convert in registers, where the conversion unit's rate
+// would bound them.
+// placed: an E4M3 byte in bits 8..15 of each 16-bit half (bits 0..7 of each are ignored).
+template <typename Element>
+__device__ __forceinline__ uint32_t e4m3_placed_pair(uint32_t placed) {
+  if constexpr (std::is_same_v<Element, __half>) {
+    // s eeee mmm as s . 0eeee mmm 0000000: fp16 of the value times 2^-8 (biases 7 and 15).
+    const uint32_t bits = ((placed >> 1) & 0x3f803f80u) | (placed & 0x80008000u);
+    __half2 scaled = *reinterpret_cast<const __half2*>(&bits);
+    scaled = __hmul2(scaled, __half2(__float2half(256.f), __float2half(256.f)));
+    return *reinterpret_cast<const uint32_t*>(&scaled);
+  } else {
+    const uint32_t bits = ((placed >> 4) & 0x07f007f0u) | (placed & 0x80008000u);
+    __nv_bfloat162 scaled = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+    scaled =
+        __hmul2(scaled, __nv_bfloat162(__float2bfloat16(0x1p120f), __float2bfloat16(0x1p120f)));
+    return *reinterpret_cast<const uint32_t*>(&scaled);
+  }
+}
 template <uint32_t kSelector>
 __device__ __forceinline__ uint32_t e4m3_pair_to_bfloat162(uint32_t four_e4m3) {
-  const uint32_t placed = __byte_perm(four_e4m3, 0u, kSelector);  // bytes [0, low, 0, high]
-  const uint32_t bits = ((placed >> 4) & 0x07f007f0u) | (placed & 0x80008000u);
-  __nv_bfloat162 scaled = *reinterpret_cast<const __nv_bfloat162*>(&bits);
-  scaled = __hmul2(scaled, __nv_bfloat162(__float2bfloat16(0x1p120f), __float2bfloat16(0x1p120f)));
-  return *reinterpret_cast<const uint32_t*>(&scaled);
+  // bytes [0, low, 0, high]
+  return e4m3_placed_pair<__nv_bfloat16>(__byte_perm(four_e4m3, 0u, kSelector));
 }
 
 // Bytes 0 and 1 (kLow = true) or 2 and 3 of a word of four E4M3 values as a pair of Element.

@@ -324,7 +324,7 @@ void run_sm90(const flashmsa_args& args, const sm90::LaunchPlan& plan) {
     return plan.decode_kernel
                ? sm90::launch_decode<Element, kKv>(params, grid, temperature_lse, stream)
                : sm90::launch_prefill<Element, kKv>(params, grid, temperature_lse,
-                                                    plan.token_tiles, stream);
+                                                    plan.token_warps, stream);
   });
   check_cuda(status, plan.decode_kernel ? "launching the sm90 decode kernel"
                                         : "launching the sm90 prefill kernel");

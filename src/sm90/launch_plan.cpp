@@ -68,10 +68,9 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
       warp_plan_kind(args, plan, tuning) != kWarpPlanNone && !plan.decode_kernel
           ? kWarpScratchBytes
           : 0;
-  const uint32_t exchange_bytes = plan.token_tiles ? 2 * kTokenTileExchangeBytes : 0;
   const uint32_t planning_bytes =
       align(candidates * 4, 16) * 2 + align(candidates * layout.mask_words * 4, 16) +
-      align(tokens * 4, 16) * 2 + warp_scratch_bytes + exchange_bytes +
+      align(tokens * 4, 16) * 2 + warp_scratch_bytes +
       align(sizeof(SmemHeader), 16);
   // K and V of one block, and with per-token fp8 scales theirs (2 x kStagedScaleFloats), staged beside
   // the block by the prefill kernel's converting threads (the decode kernel's warps take theirs
@@ -79,21 +78,26 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   const bool token_scales = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 && !plan.decode_kernel &&
                             (args.k_token_scale != nullptr || args.v_token_scale != nullptr);
   const uint32_t scale_bytes = token_scales ? 2 * kStagedScaleFloats * sizeof(float) : 0;
-  const uint32_t stage_bytes = 2 * kKvTileBytes + scale_bytes;
+  // The token-warp kernel reads fp8 stages where they land: compact slots of one box.
+  const uint32_t slot_bytes = plan.token_warps ? kFp8TileBytes : kKvTileBytes;
+  const uint32_t stage_bytes = 2 * slot_bytes + scale_bytes;
   // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
   const uint32_t budget = plan.ctas_per_sm == 1 ? kSharedMemoryLimit : kTwoCtasPerSmSharedBytes;
   const uint32_t available = budget - kSharedMemoryAlignmentSlack;
+  // Compact rings hold twice the blocks in the same bytes: the token-warp kernel's warps run
+  // on the blocks their own tokens chose, so more resident blocks keep more of them busy.
   const uint32_t most_stages =
       plan.num_consumer_warpgroups == 2
-          ? tuned(tuning.prefill_stages, kPrefillMaxStages, 2, kMaxStages)
+          ? tuned(tuning.prefill_stages, plan.token_warps ? kMaxStages : kPrefillMaxStages, 2,
+                  kMaxStages)
           : tuned(tuning.stages, kMaxStages, 1, kMaxStages);
   const uint32_t ring_bytes =
       available > rings_begin + planning_bytes ? available - rings_begin - planning_bytes : 0;
   layout.num_stages =
       static_cast<int32_t>(std::min<uint32_t>(most_stages, ring_bytes / stage_bytes));
   layout.k = rings_begin;
-  layout.v = layout.k + layout.num_stages * kKvTileBytes;
-  uint32_t offset = layout.v + layout.num_stages * kKvTileBytes;
+  layout.v = layout.k + layout.num_stages * slot_bytes;
+  uint32_t offset = layout.v + layout.num_stages * slot_bytes;
   layout.token_scales = offset;
   offset += layout.num_stages * scale_bytes;
   layout.union_blocks = offset;
@@ -109,7 +113,7 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   layout.warp_scratch = offset;
   offset += warp_scratch_bytes;
   layout.header = offset;
-  layout.bytes = offset + align(sizeof(SmemHeader), 16) + exchange_bytes;
+  layout.bytes = offset + align(sizeof(SmemHeader), 16);
   return layout;
 }
 
@@ -320,10 +324,12 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   c.warp_planning = warp_plan_kind(args, c, tuning);
   // The speculative load (warp_planning.cuh) issues q's-dtype boxes: fp8 calls go without it.
   c.speculate_first_block = !converts_kv && tuned(tuning.speculate, 1, 0, 1) != 0;
-  // Row tiles by mma.sync on their own blocks (token_tile_consumer.cuh): measured only through
-  // the test-only override so far.
-  c.token_tiles = c.num_consumer_warpgroups == 2 && !c.decode_kernel && !converts_kv &&
-                  tuned(tuning.token_tiles, 0, 0, 1) == 1;
+  // fp8 K/V without per-token scales in the two-consumer kernel: each warp computes its own
+  // rows' blocks, converting K and V in registers (token_warp_consumer.cuh).
+  const bool plain_fp8 = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 &&
+                         args.k_token_scale == nullptr && args.v_token_scale == nullptr;
+  c.token_warps = c.num_consumer_warpgroups == 2 && !c.decode_kernel && plain_fp8 &&
+                  tuned(tuning.token_warps, 0, 0, 1) == 1;
   c.smem = smem_layout(args, c, tuning);
   // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).
   if (c.smem.num_stages < (c.num_consumer_warpgroups == 2 ? 2 : 1)) {

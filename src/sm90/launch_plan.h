@@ -68,9 +68,9 @@ struct LaunchPlan {
   L2Promotion kv_l2_promotion = L2Promotion::kNone;
   int32_t inflight_throttle = 0;  // AttentionParams::inflight_throttle
   int32_t pacing_slack = 0;       // AttentionParams::pacing_slack
-  // The two-consumer kernel with the token-tile consumer (token_tile_consumer.cuh; a kernel of
-  // its own, launched only through the test-only override token_tiles=1).
-  bool token_tiles = false;
+  // The two-consumer fp8 kernel with the token-warp consumer (token_warp_consumer.cuh), on
+  // compact rings.
+  bool token_warps = false;
 
   SmemLayout smem{};
   WorkspaceLayout workspace;

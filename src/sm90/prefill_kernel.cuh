@@ -13,7 +13,7 @@
 #include "sm90/producer.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/timeline.cuh"
-#include "sm90/token_tile_consumer.cuh"
+#include "sm90/token_warp_consumer.cuh"
 #include "sm90/warp_planning.cuh"
 
 namespace flashmsa::sm90 {
@@ -79,17 +79,16 @@ __device__ __forceinline__ TilePlan prepare_tile(const AttentionParams& params, 
 }
 
 // kKv: how K and V are stored (kernel_traits.h); the consumers rewrite converted formats'
-// stages (kv_convert.cuh). kTokenTiles: the two-consumer kernel of q's-dtype K/V with the
-// token-tile consumer (token_tile_consumer.cuh), a kernel of its own that only the test-only
-// override token_tiles=1 launches, so that the release kernels compile as they were.
+// stages (kv_convert.cuh). kTokenWarps: the two-consumer fp8 kernel whose warps each compute
+// their own rows' blocks, converting in registers (token_warp_consumer.cuh), on compact rings.
 template <typename Element, bool kTemperatureLse, int kConsumers,
-          KvFormat kKv = KvFormat::kNative, bool kTokenTiles = false>
+          KvFormat kKv = KvFormat::kNative, bool kTokenWarps = false>
 __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
                                   RoleConfig<kConsumers>::kCtasPerSm)
     prefill_kernel(const __grid_constant__ AttentionParams params) {
   using Roles = RoleConfig<kConsumers, kKv>;
-  static_assert(!kTokenTiles || (kConsumers == 2 && kKv == KvFormat::kNative),
-                "the token-tile consumer takes two consumer warpgroups and q's-dtype K/V");
+  static_assert(!kTokenWarps || (kConsumers == 2 && kKv == KvFormat::kFp8),
+                "the token-warp consumer takes two consumer warpgroups and fp8 K/V");
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
   const CtaWork work = cta_work(params);
@@ -120,7 +119,7 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   if (threadIdx.x < 128) {
     registers_decrease<Roles::kProducerRegisters>();
     if (threadIdx.x == 0) {
-      produce<kConsumers == 2, kKv>(params, smem, plan, work.kv_head, speculative);
+      produce<kConsumers == 2, kKv, kTokenWarps>(params, smem, plan, work.kv_head, speculative);
     } else if (kConsumers == 2 && threadIdx.x == 32 && params.pacing_slack > 0) {
       pace(params, smem.header(), plan.slice_end - plan.slice_begin);
     }
@@ -129,9 +128,9 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     if (kConsumers == 1 && runs_one_token_consumer(params, plan)) {
       consume_one_token<Element, kTemperatureLse, kKv>(params, smem, plan, work.kv_head,
                                                   work.head_chunk);
-    } else if (kTokenTiles && runs_token_tiles(params, plan)) {
-      if constexpr (kTokenTiles) {
-        consume_token_tiles<Element, kTemperatureLse>(params, smem, plan, work.kv_head,
+    } else if (kTokenWarps) {
+      if constexpr (kTokenWarps) {
+        consume_token_warps<Element, kTemperatureLse>(params, smem, plan, work.kv_head,
                                                       work.head_chunk);
       }
     } else {

@@ -9,11 +9,11 @@
 
 namespace flashmsa::sm90 {
 
-// token_tiles: the plan's LaunchPlan::token_tiles (the two-consumer kernel with the token-tile
-// consumer; q's-dtype K/V only).
+// token_warps: the plan's LaunchPlan::token_warps (the two-consumer kernel with the token-warp
+// consumer; fp8 K/V only).
 template <typename Element, KvFormat kKv>
 cudaError_t launch_prefill(const AttentionParams& params, dim3 grid, bool temperature_lse,
-                           bool token_tiles, cudaStream_t stream);
+                           bool token_warps, cudaStream_t stream);
 
 // How many thread-block clusters of `cluster_size` decode-kernel CTAs (one consumer warpgroup,
 // `shared_bytes` of dynamic shared memory each) the current device holds at once

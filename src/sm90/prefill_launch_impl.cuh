@@ -8,11 +8,11 @@
 namespace flashmsa::sm90 {
 
 template <typename Element, KvFormat kKv, bool kTemperatureLse, int kConsumers,
-          bool kTokenTiles = false>
+          bool kTokenWarps = false>
 cudaError_t launch_prefill_variant(const AttentionParams& params, dim3 grid, cudaStream_t stream) {
   static thread_local int configured_device = -1;
   return launch_attention_kernel(
-      prefill_kernel<Element, kTemperatureLse, kConsumers, kKv, kTokenTiles>, configured_device,
+      prefill_kernel<Element, kTemperatureLse, kConsumers, kKv, kTokenWarps>, configured_device,
       params, grid, RoleConfig<kConsumers>::kThreads, stream);
 }
 
@@ -26,9 +26,9 @@ int max_active_one_consumer_clusters_of(uint32_t shared_bytes, int cluster_size)
 
 template <typename Element, KvFormat kKv>
 cudaError_t launch_prefill(const AttentionParams& params, dim3 grid, bool temperature_lse,
-                           bool token_tiles, cudaStream_t stream) {
-  if constexpr (kKv == KvFormat::kNative) {
-    if (token_tiles) {
+                           bool token_warps, cudaStream_t stream) {
+  if constexpr (kKv == KvFormat::kFp8) {
+    if (token_warps) {
       return temperature_lse
                  ? launch_prefill_variant<Element, kKv, true, 2, true>(params, grid, stream)
                  : launch_prefill_variant<Element, kKv, false, 2, true>(params, grid, stream);

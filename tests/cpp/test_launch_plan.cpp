@@ -207,27 +207,38 @@ TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
   }
 }
 
-// The token-tile kernel (test-only override): two-consumer prefill of q's-dtype K/V only, the
-// same launch otherwise, its two exchanges after the header.
-TEST(LaunchPlan, TokenTilesOverrideTakesTheTwoConsumerNativeKernelOnly) {
+// The token-warp kernel: two-consumer prefill of fp8 K/V without per-token scales only, the
+// same launch otherwise, on compact rings of 16 KiB stages, as many as the header holds.
+TEST(LaunchPlan, TokenWarpsTakeTheTwoConsumerFp8KernelOnCompactRings) {
   flashmsa_tuning tuning = sm90::default_tuning();
-  tuning.token_tiles = 1;
-  const LaunchPlan plain = plan_of(kPrefill32K);
-  const LaunchPlan tiles = plan_of(kPrefill32K, tuning);
-  EXPECT_FALSE(plain.token_tiles);
-  EXPECT_TRUE(tiles.token_tiles);
-  expect_same_kernel_and_grid(tiles, plain);
-  EXPECT_EQ(tiles.smem.num_stages, plain.smem.num_stages);
-  EXPECT_EQ(tiles.smem.header, plain.smem.header);
-  EXPECT_EQ(tiles.smem.bytes, plain.smem.bytes + 2 * sm90::kTokenTileExchangeBytes);
-  EXPECT_LE(tiles.smem.bytes + sm90::kSharedMemoryAlignmentSlack,
-            static_cast<uint32_t>(sm90::kSharedMemoryLimit));
+  tuning.token_warps = 1;
   flashmsa_args fp8 = args_of(kPrefill32K);
   fp8.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
-  EXPECT_FALSE(plan_launch(fp8, h200(), tuning).token_tiles);
-  EXPECT_FALSE(plan_of(kDecodeBatch64, tuning).token_tiles);
-  tuning.token_tiles = 0;
-  EXPECT_FALSE(plan_of(kPrefill32K, tuning).token_tiles);
+  const LaunchPlan plain = plan_launch(fp8, h200(), sm90::default_tuning());
+  const LaunchPlan warps = plan_launch(fp8, h200(), tuning);
+  EXPECT_FALSE(plain.token_warps);
+  EXPECT_TRUE(warps.token_warps);
+  EXPECT_EQ(warps.decode_kernel, plain.decode_kernel);
+  EXPECT_EQ(warps.num_consumer_warpgroups, 2);
+  EXPECT_EQ(warps.tokens_per_tile, plain.tokens_per_tile);
+  EXPECT_EQ(warps.num_splits, plain.num_splits);
+  EXPECT_EQ(warps.grid_ctas, plain.grid_ctas);
+  EXPECT_EQ(plain.smem.v, plain.smem.k + plain.smem.num_stages * sm90::kKvTileBytes);
+  EXPECT_EQ(warps.smem.num_stages, sm90::kMaxStages);
+  EXPECT_EQ(warps.smem.v, warps.smem.k + warps.smem.num_stages * sm90::kFp8TileBytes);
+  EXPECT_EQ(warps.smem.union_blocks, warps.smem.v + warps.smem.num_stages * sm90::kFp8TileBytes);
+  EXPECT_LE(warps.smem.bytes + sm90::kSharedMemoryAlignmentSlack,
+            static_cast<uint32_t>(sm90::kSharedMemoryLimit));
+  EXPECT_FALSE(plan_of(kPrefill32K, tuning).token_warps);  // bf16 K/V
+  flashmsa_args decode = args_of(kDecodeBatch64);
+  decode.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
+  EXPECT_FALSE(plan_launch(decode, h200(), tuning).token_warps);
+  flashmsa_args scaled = fp8;
+  const float token_scale = 1.f;
+  scaled.k_token_scale = &token_scale;
+  EXPECT_FALSE(plan_launch(scaled, h200(), tuning).token_warps);
+  tuning.token_warps = 0;
+  EXPECT_FALSE(plan_launch(fp8, h200(), tuning).token_warps);
 }
 
 TEST(LaunchPlan, ShortPrefillChunksOfOneToTwoWavesSplit) {

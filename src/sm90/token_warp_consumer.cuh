@@ -1,0 +1,265 @@
+// A consumer warp of the fp8 prefill kernel: each warp of the two consumer warpgroups computes one
+// 16-row tile of its warpgroup's 64 rows (one token's 16 heads at MiniMax-M3's group, several
+// tokens' heads at smaller groups), alone and only on the blocks its tokens selected, with
+// mma.sync whose fp8 K and V operands are converted in registers on their way into the products:
+//   S = Q K^T    16 rows x 128 keys, K's fragments from the landed E4M3 rows (no rewrite);
+//   P            the warp's own online softmax over its rows (no exchange between warps);
+//   O += P V     16 rows x 128 dims, V's fragments gathered from four key rows at a time and
+//                converted, P straight from S's accumulators.
+// Why: the union tile's wgmma takes K and V from shared memory only, so fp8 stages are rewritten
+// there as q's dtype before each block's first product; that rewrite's shared-memory traffic
+// held fp8 prefill at half the bf16 speed (docs/performance.md, "What limits each case"). Here
+// shared memory holds the E4M3 bytes as TMA landed them, each warp reads 32 KiB a block it
+// selected, and a block no row of a warp selected costs that warp nothing but its barriers; the
+// union tile computed every block for all 64 rows of a warpgroup (1.5-3.5x the useful work on
+// MiniMax-M3's selections). The rings are compact (16 KiB stages, Smem::compact_k), so twice the
+// blocks are resident and warps whose tokens chose different blocks work at once.
+// A thread holds S and O of rows lane / 4 and lane / 4 + 8 of its warp's 16: S as OnlineSoftmax
+// lays 128 keys out, O as TokenWarpOutput below.
+#pragma once
+
+#include <stdint.h>
+
+#include "sm90/decode_consumer.cuh"
+#include "sm90/kernel_traits.h"
+#include "sm90/kv_convert.cuh"
+#include "sm90/mma.cuh"
+#include "sm90/params.h"
+#include "sm90/planning.cuh"
+#include "sm90/ptx.cuh"
+#include "sm90/softmax.cuh"
+#include "sm90/split_combine.cuh"
+
+namespace flashmsa::sm90 {
+
+constexpr int kBlockScores = 4 * (kBlockKeys / 8);  // a thread's S of one block: 64
+constexpr int kValueTiles = kHeadDim / 8;            // n-tiles of O: 16
+
+// A thread's O: o[i][2h + c] at row lane / 4 + 8h, dim 32 (lane % 4) + 16c + i. V's fragments
+// are gathered 16 dims of one key at a time (a lane's 16-byte chunk), so tile i's column n is dim
+// 16n + i, and a lane's accumulators cover 32 consecutive dims of each of its rows.
+using TokenWarpOutput = float[kValueTiles][4];
+
+// Q's A fragments of the warp's row tile for the 8 k-steps of S, read once per tile. K-step
+// 4a + e takes lane l's dims 16 (2l + a) + 4e .. + 3 (the pairs are its k = 2l, 2l + 1 and
+// 2l + 8, 2l + 9), so that each key row's lane reads 16 consecutive fp8 bytes for four k-steps:
+// chunks 2l + a of rows g and g + 1 land in distinct banks under the 128B swizzle.
+__device__ __forceinline__ void load_token_warp_queries(const uint8_t* q_tile, int first_row,
+                                                        uint32_t (&q)[kDimSteps][4]) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4, l = lane % 4;
+#pragma unroll
+  for (int a = 0; a < 2; ++a) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int chunk = 2 * (2 * l + a) + e / 2, byte = (e % 2) * 8;
+      const uint2 row_g = *reinterpret_cast<const uint2*>(
+          q_tile + swizzled_chunk_offset(first_row + g, chunk, kQPanelBytes) + byte);
+      const uint2 row_g8 = *reinterpret_cast<const uint2*>(
+          q_tile + swizzled_chunk_offset(first_row + g + 8, chunk, kQPanelBytes) + byte);
+      q[4 * a + e][0] = row_g.x;
+      q[4 * a + e][1] = row_g8.x;
+      q[4 * a + e][2] = row_g.y;
+      q[4 * a + e][3] = row_g8.y;
+    }
+  }
+}
+
+// A compact stage's 128 E4M3 rows of 128 bytes, 128B-swizzled as TMA lands them: the 16 bytes
+// of chunk `chunk` of row `row`.
+__device__ __forceinline__ uint4 fp8_chunk(const uint8_t* stage, int row, int chunk) {
+  return *reinterpret_cast<const uint4*>(stage + row * 128 + ((chunk ^ (row % 8)) * 16));
+}
+
+// S (the warp's 16 rows x the block's 128 keys) = Q K^T, s[4j + 2h + c] at row lane / 4 + 8h,
+// key 8j + 2 (lane % 4) + c.
+template <typename Element>
+__device__ __forceinline__ void token_warp_scores(const uint32_t (&q)[kDimSteps][4],
+                                                  const uint8_t* k_stage,
+                                                  float (&s)[kBlockScores]) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4, l = lane % 4;
+#pragma unroll
+  for (int i = 0; i < kBlockScores; ++i) s[i] = 0.f;
+#pragma unroll
+  for (int a = 0; a < 2; ++a) {
+#pragma unroll
+    for (int j = 0; j < kBlockKeys / 8; ++j) {
+      const uint4 chunk = fp8_chunk(k_stage, 8 * j + g, 2 * l + a);
+      const uint32_t words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        // Bytes 0, 1 into bits 8..15 and 24..31, then bytes 2, 3 (fp16 too: integer
+        // instructions rather than the conversion unit, e4m3_placed_pair).
+        mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[4 * j]), q[4 * a + e],
+                              e4m3_placed_pair<Element>(__byte_perm(words[e], 0u, 0x1404u)),
+                              e4m3_placed_pair<Element>(__byte_perm(words[e], 0u, 0x3424u)));
+      }
+    }
+  }
+}
+
+// O += P V over the block's 128 keys, P (A fragments in S's accumulator order) from
+// OnlineSoftmax::update. K-step s's B fragments of lane (g, l) are keys 16s + 2l, + 1 and
+// 16s + 8 + 2l, + 1 of dims 16g .. 16g + 15: four 16-byte reads (four rows of one k-step: 512
+// bytes, four wavefronts), then each fragment register is one byte of two rows, placed by one
+// byte permute and converted (e4m3_placed_pair). Garbage bytes past the sequence end convert to
+// finite values (kv_convert.cuh), which P's zeros there cancel.
+template <typename Element>
+__device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kBlockScores / 2],
+                                                  const uint8_t* v_stage, TokenWarpOutput& o) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4, l = lane % 4;
+#pragma unroll
+  for (int step = 0; step < kKeySteps; ++step) {
+    const uint32_t a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
+    uint32_t rows[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const uint4 chunk = fp8_chunk(v_stage, 16 * step + 8 * (r / 2) + 2 * l + r % 2, g);
+      rows[r][0] = chunk.x;
+      rows[r][1] = chunk.y;
+      rows[r][2] = chunk.z;
+      rows[r][3] = chunk.w;
+    }
+#pragma unroll
+    for (int i = 0; i < kValueTiles; ++i) {
+      const int word = i / 4, byte = i % 4;
+      // Byte `byte` of the first row into bits 8..15, of the second into bits 24..31.
+      const uint32_t selector = byte * 0x0011u + (4 + byte) * 0x1100u;
+      const uint32_t b0 = e4m3_placed_pair<Element>(
+          __byte_perm(rows[0][word], rows[1][word], selector));
+      const uint32_t b1 = e4m3_placed_pair<Element>(
+          __byte_perm(rows[2][word], rows[3][word], selector));
+      mma_m16n8k16<Element>(o[i], a, b0, b1);
+    }
+  }
+}
+
+// Consumer warp w of warpgroup `warpgroup` (both run this, each warp on its own): rows
+// 16w .. 16w + 15 of the warpgroup's 64. Tiles of any size (a tile of at most
+// tokens_per_warpgroup tokens leaves warpgroup 1's rows empty).
+template <typename Element, bool kTemperatureLse>
+__device__ inline void consume_token_warps(const AttentionParams& p, const Smem& smem,
+                                           const TilePlan& plan, int kv_head, int head_chunk) {
+  const int warpgroup = threadIdx.x / 128 - 1;
+  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int first_row = kDecodeRows * warp;  // of the warpgroup's Q buffer
+  SmemHeader& header = smem.header();
+
+  int row_token[2], key_limit[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const RowSource source =
+        row_source(p, plan, warpgroup, head_chunk, first_row + lane / 4 + 8 * h);
+    row_token[h] = source.valid ? source.tile_token : -1;
+    key_limit[h] = source.valid ? smem.token_key_limit()[source.tile_token] : 0;
+  }
+  uint32_t q[kDimSteps][4];
+  load_token_warp_queries(smem.q(warpgroup), first_row, q);
+  const GlobalScales scales = global_scales(p);
+  OnlineSoftmax<kTemperatureLse> softmax;
+  softmax.init();
+  TokenWarpOutput o;
+#pragma unroll
+  for (int i = 0; i < kValueTiles; ++i) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[i][c] = 0.f;
+  }
+
+  const int num_stages = p.smem_layout.num_stages;
+  RingCursor ring;
+  for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
+    const int stage = ring.stage;
+    const uint32_t phase = ring.phase;
+    const uint32_t* selected_by = smem.token_mask(u);
+    const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
+    int visible[2];
+    bool sees_any = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int token = row_token[h];
+      const bool selected = token >= 0 && ((selected_by[token / 32] >> (token % 32)) & 1);
+      visible[h] = selected ? min(max(key_limit[h] - block_first_key, 0), kBlockKeys) : 0;
+      sees_any |= visible[h] > 0;
+    }
+    const bool reads = __any_sync(0xffffffffu, sees_any);
+    mbarrier_wait(&header.k_full[stage], phase);
+    if (!reads) {
+      // Arrive on both rings in order, without reading: V's arrival waits for V(u) to land, so
+      // it cannot count toward the phase of the block this stage held before.
+      mbarrier_arrive(&header.k_empty[stage]);
+      mbarrier_wait(&header.v_full[stage], phase);
+      mbarrier_arrive(&header.v_empty[stage]);
+      continue;
+    }
+    float s[kBlockScores];
+    token_warp_scores<Element>(q, smem.compact_k(stage), s);
+    release_stage(&header.k_empty[stage]);
+    uint32_t probabilities[kBlockScores / 2];
+    float correction[2];
+    softmax.template update<Element>(s, visible, scales.scale_log2, p.lse_temperature,
+                                     probabilities, correction);
+#pragma unroll
+    for (int i = 0; i < kValueTiles; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        o[i][2 * h] *= correction[h];
+        o[i][2 * h + 1] *= correction[h];
+      }
+    }
+    mbarrier_wait(&header.v_full[stage], phase);
+    token_warp_values<Element>(probabilities, smem.compact_v(stage), o);
+    release_stage(&header.v_empty[stage]);
+  }
+
+  // Epilogue: each row's 128 dims are the quad's four lanes' 32 (normalised; fp32 partials to
+  // the workspace with a KV split).
+  float sum[2], sum_t[2], lse[2], lse_t[2];
+  softmax.quad_sums(sum, sum_t);
+  softmax.lse_of_sums(sum, sum_t, p.lse_temperature, lse, lse_t);
+  const int first_dim = 32 * (lane % 4);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const RowSource source =
+        row_source(p, plan, warpgroup, head_chunk, first_row + lane / 4 + 8 * h);
+    if (!source.valid) continue;
+    const float scale = sum[h] > 0.f ? scales.v_global_scale * reciprocal_flush(sum[h]) : 0.f;
+    const int64_t token = plan.first_row + source.tile_token;
+    const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + source.head;
+    // Dims first_dim + 16c + i, i = 0..15, in groups of four.
+    auto quad = [&](int c, int i0) {
+      return make_float4(o[i0][2 * h + c] * scale, o[i0 + 1][2 * h + c] * scale,
+                         o[i0 + 2][2 * h + c] * scale, o[i0 + 3][2 * h + c] * scale);
+    };
+    if (p.num_splits > 1) {  // fp32 partials for merge.cu
+      const int64_t partial_row = workspace_partial_row(p, plan.split, token, head);
+      float* row = p.partial_out + partial_row * kHeadDim + first_dim;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+#pragma unroll
+        for (int i0 = 0; i0 < 16; i0 += 4) {
+          *reinterpret_cast<float4*>(row + 16 * c + i0) = quad(c, i0);
+        }
+      }
+      if (lane % 4 == 0) {
+        p.partial_lse[partial_row] = lse[h];
+        if (kTemperatureLse) p.partial_lse_t[partial_row] = lse_t[h];
+      }
+      continue;
+    }
+    Element* out =
+        static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) + first_dim;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+#pragma unroll
+      for (int i0 = 0; i0 < 16; i0 += 4) store4(out + 16 * c + i0, quad(c, i0));
+    }
+    if (lane % 4 == 0) {
+      if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = lse[h];
+      if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = lse_t[h];
+    }
+  }
+}
+
+}  // namespace flashmsa::sm90
