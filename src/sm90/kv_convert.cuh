@@ -64,6 +64,39 @@ __device__ __forceinline__ uint32_t e4m3_placed_pair(uint32_t placed) {
     return *reinterpret_cast<const uint32_t*>(&scaled);
   }
 }
+
+// PTX's byte permute with its sign mode: a selector nibble's bit 3 makes the result byte the
+// selected byte's sign bit, replicated (__byte_perm's selectors have no such bit).
+__device__ __forceinline__ uint32_t byte_permute(uint32_t low, uint32_t high, uint32_t selector) {
+  uint32_t result;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(result) : "r"(low), "r"(high), "r"(selector));
+  return result;
+}
+
+// Two E4M3 bytes b0, b1 permuted as [b0, sign of b0, b1, sign of b1] (byte_permute's sign mode)
+// as a pair of Element: shifted so that each byte's exponent and mantissa land in a 16-bit
+// half's fields, one mask keeps those and the sign, and the multiply rescales exactly. Two
+// instructions on the integer pipe (the permute and the mask; the shift is a multiply, on the
+// FMA pipe like the rescale) where e4m3_placed_pair takes four: a consumer converting every
+// operand in registers is bound by that pipe (token_warp_consumer.cuh).
+template <typename Element>
+__device__ __forceinline__ uint32_t e4m3_signed_pair(uint32_t signed_bytes) {
+  if constexpr (std::is_same_v<Element, __half>) {
+    // Byte bits 7..14 of each half, the replicated sign at 15: s 0 eeee mmm 0000000.
+    const uint32_t bits = (signed_bytes * 128u) & 0xbf80bf80u;
+    __half2 scaled = *reinterpret_cast<const __half2*>(&bits);
+    scaled = __hmul2(scaled, __half2(__float2half(256.f), __float2half(256.f)));
+    return *reinterpret_cast<const uint32_t*>(&scaled);
+  } else {
+    // Byte bits 4..11 of each half, the replicated sign at 15: s 000 eeee mmm 0000.
+    const uint32_t bits = (signed_bytes * 16u) & 0x87f087f0u;
+    __nv_bfloat162 scaled = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+    scaled =
+        __hmul2(scaled, __nv_bfloat162(__float2bfloat16(0x1p120f), __float2bfloat16(0x1p120f)));
+    return *reinterpret_cast<const uint32_t*>(&scaled);
+  }
+}
+
 template <uint32_t kSelector>
 __device__ __forceinline__ uint32_t e4m3_pair_to_bfloat162(uint32_t four_e4m3) {
   // bytes [0, low, 0, high]

@@ -89,11 +89,11 @@ __device__ __forceinline__ void token_warp_scores(const uint32_t (&q)[kDimSteps]
       const uint32_t words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        // Bytes 0, 1 into bits 8..15 and 24..31, then bytes 2, 3 (fp16 too: integer
-        // instructions rather than the conversion unit, e4m3_placed_pair).
+        // Bytes 0, 1 then 2, 3, each followed by its sign (fp16 too: integer instructions
+        // rather than the conversion unit, e4m3_signed_pair).
         mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[4 * j]), q[4 * a + e],
-                              e4m3_placed_pair<Element>(__byte_perm(words[e], 0u, 0x1404u)),
-                              e4m3_placed_pair<Element>(__byte_perm(words[e], 0u, 0x3424u)));
+                              e4m3_signed_pair<Element>(byte_permute(words[e], 0u, 0x9180u)),
+                              e4m3_signed_pair<Element>(byte_permute(words[e], 0u, 0xb3a2u)));
       }
     }
   }
@@ -102,8 +102,8 @@ __device__ __forceinline__ void token_warp_scores(const uint32_t (&q)[kDimSteps]
 // O += P V over the block's 128 keys, P (A fragments in S's accumulator order) from
 // OnlineSoftmax::update. K-step s's B fragments of lane (g, l) are keys 16s + 2l, + 1 and
 // 16s + 8 + 2l, + 1 of dims 16g .. 16g + 15: four 16-byte reads (four rows of one k-step: 512
-// bytes, four wavefronts), then each fragment register is one byte of two rows, placed by one
-// byte permute and converted (e4m3_placed_pair). Garbage bytes past the sequence end convert to
+// bytes, four wavefronts), then each fragment register is one byte of two rows, each followed
+// by its sign, by one byte permute, then converted (e4m3_signed_pair). Garbage bytes past the sequence end convert to
 // finite values (kv_convert.cuh), which P's zeros there cancel.
 template <typename Element>
 __device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kBlockScores / 2],
@@ -125,12 +125,12 @@ __device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kBlockScor
 #pragma unroll
     for (int i = 0; i < kValueTiles; ++i) {
       const int word = i / 4, byte = i % 4;
-      // Byte `byte` of the first row into bits 8..15, of the second into bits 24..31.
-      const uint32_t selector = byte * 0x0011u + (4 + byte) * 0x1100u;
-      const uint32_t b0 = e4m3_placed_pair<Element>(
-          __byte_perm(rows[0][word], rows[1][word], selector));
-      const uint32_t b1 = e4m3_placed_pair<Element>(
-          __byte_perm(rows[2][word], rows[3][word], selector));
+      // Byte `byte` of the first row, its sign, the second row's byte, its sign.
+      const uint32_t selector = byte | (8 + byte) << 4 | (4 + byte) << 8 | (12 + byte) << 12;
+      const uint32_t b0 =
+          e4m3_signed_pair<Element>(byte_permute(rows[0][word], rows[1][word], selector));
+      const uint32_t b1 =
+          e4m3_signed_pair<Element>(byte_permute(rows[2][word], rows[3][word], selector));
       mma_m16n8k16<Element>(o[i], a, b0, b1);
     }
   }

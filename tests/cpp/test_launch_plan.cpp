@@ -175,7 +175,18 @@ TEST(LaunchPlan, Fp8KvKeepsTheShapesWithoutSpeculationOrPacing) {
     const LaunchPlan native = plan_launch(bf16, h200(), sm90::default_tuning());
     const LaunchPlan plan = plan_launch(fp8, h200(), sm90::default_tuning());
     SCOPED_TRACE(name(shape));
-    expect_same_kernel_and_grid(plan, native);
+    EXPECT_FALSE(native.token_warps);
+    // The token-warp kernel's compact rings hold twice the stages (tested below).
+    if (plan.token_warps) {
+      EXPECT_EQ(plan.smem.num_stages, 2 * native.smem.num_stages);
+    } else {
+      EXPECT_EQ(plan.smem.num_stages, native.smem.num_stages);
+    }
+    EXPECT_EQ(plan.decode_kernel, native.decode_kernel);
+    EXPECT_EQ(plan.num_consumer_warpgroups, native.num_consumer_warpgroups);
+    EXPECT_EQ(plan.tokens_per_tile, native.tokens_per_tile);
+    EXPECT_EQ(plan.num_splits, native.num_splits);
+    EXPECT_EQ(plan.grid_ctas, native.grid_ctas);
     EXPECT_EQ(plan.cluster_reduce, native.cluster_reduce);
     EXPECT_EQ(plan.inflight_throttle, native.inflight_throttle);
     EXPECT_FALSE(plan.speculate_first_block);
@@ -195,7 +206,10 @@ TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
     fp8.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
     flashmsa_args scaled = fp8;
     scaled.k_token_scale = scaled.v_token_scale = &kScale;
-    const LaunchPlan plain = plan_launch(fp8, h200(), sm90::default_tuning());
+    // Against fp8's union tile: the token-warp kernel takes no per-token scales.
+    flashmsa_tuning union_tile = sm90::default_tuning();
+    union_tile.token_warps = 0;
+    const LaunchPlan plain = plan_launch(fp8, h200(), union_tile);
     const LaunchPlan plan = plan_launch(scaled, h200(), sm90::default_tuning());
     SCOPED_TRACE(name(shape));
     expect_same_kernel_and_grid(plan, plain);
@@ -207,15 +221,16 @@ TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
   }
 }
 
-// The token-warp kernel: two-consumer prefill of fp8 K/V without per-token scales only, the
-// same launch otherwise, on compact rings of 16 KiB stages, as many as the header holds.
+// The token-warp kernel: two-consumer prefill of fp8 K/V without per-token scales, by default
+// where a request may hold 128 blocks or more; the same launch otherwise, on compact rings of
+// 16 KiB stages, as many as the header holds.
 TEST(LaunchPlan, TokenWarpsTakeTheTwoConsumerFp8KernelOnCompactRings) {
-  flashmsa_tuning tuning = sm90::default_tuning();
-  tuning.token_warps = 1;
   flashmsa_args fp8 = args_of(kPrefill32K);
   fp8.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
-  const LaunchPlan plain = plan_launch(fp8, h200(), sm90::default_tuning());
-  const LaunchPlan warps = plan_launch(fp8, h200(), tuning);
+  flashmsa_tuning union_tile = sm90::default_tuning();
+  union_tile.token_warps = 0;
+  const LaunchPlan plain = plan_launch(fp8, h200(), union_tile);
+  const LaunchPlan warps = plan_launch(fp8, h200(), sm90::default_tuning());
   EXPECT_FALSE(plain.token_warps);
   EXPECT_TRUE(warps.token_warps);
   EXPECT_EQ(warps.decode_kernel, plain.decode_kernel);
@@ -229,16 +244,25 @@ TEST(LaunchPlan, TokenWarpsTakeTheTwoConsumerFp8KernelOnCompactRings) {
   EXPECT_EQ(warps.smem.union_blocks, warps.smem.v + warps.smem.num_stages * sm90::kFp8TileBytes);
   EXPECT_LE(warps.smem.bytes + sm90::kSharedMemoryAlignmentSlack,
             static_cast<uint32_t>(sm90::kSharedMemoryLimit));
-  EXPECT_FALSE(plan_of(kPrefill32K, tuning).token_warps);  // bf16 K/V
+  // Requests of at most 127 blocks take the union tile unless the override asks.
+  flashmsa_args short_context = fp8;
+  short_context.max_pages_per_request = 127;
+  short_context.is_paged = 1;
+  EXPECT_FALSE(plan_launch(short_context, h200(), sm90::default_tuning()).token_warps);
+  flashmsa_tuning forced = sm90::default_tuning();
+  forced.token_warps = 1;
+  EXPECT_TRUE(plan_launch(short_context, h200(), forced).token_warps);
+  short_context.max_pages_per_request = 128;
+  EXPECT_TRUE(plan_launch(short_context, h200(), sm90::default_tuning()).token_warps);
+  // Never bf16, decode or per-token scales.
+  EXPECT_FALSE(plan_of(kPrefill32K, forced).token_warps);
   flashmsa_args decode = args_of(kDecodeBatch64);
   decode.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
-  EXPECT_FALSE(plan_launch(decode, h200(), tuning).token_warps);
+  EXPECT_FALSE(plan_launch(decode, h200(), forced).token_warps);
   flashmsa_args scaled = fp8;
   const float token_scale = 1.f;
   scaled.k_token_scale = &token_scale;
-  EXPECT_FALSE(plan_launch(scaled, h200(), tuning).token_warps);
-  tuning.token_warps = 0;
-  EXPECT_FALSE(plan_launch(fp8, h200(), tuning).token_warps);
+  EXPECT_FALSE(plan_launch(scaled, h200(), forced).token_warps);
 }
 
 TEST(LaunchPlan, ShortPrefillChunksOfOneToTwoWavesSplit) {
