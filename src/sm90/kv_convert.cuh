@@ -44,25 +44,14 @@ __device__ __forceinline__ uint32_t e4m3_pair_to_half2(uint32_t two_e4m3) {
 // its instructions a value through fp16 and fp32) held fp8 prefill at half the bf16 speed.
 // An E4M3 byte s eeee mmm placed as s . eeee mmm 0000 in a 16-bit half is the bf16 of its value
 // times 2^-120 (the exponent biases are 7 and 127), subnormals included (bf16 subnormals); the
-// multiply by 2^120 is exact. The two NaN bytes (0x7f, 0xff) read as +-480. fp16 the same way
-// (e4m3_placed_pair), for consumers that convert in registers, where the conversion unit's rate
-// would bound them.
-// placed: an E4M3 byte in bits 8..15 of each 16-bit half (bits 0..7 of each are ignored).
-template <typename Element>
-__device__ __forceinline__ uint32_t e4m3_placed_pair(uint32_t placed) {
-  if constexpr (std::is_same_v<Element, __half>) {
-    // s eeee mmm as s . 0eeee mmm 0000000: fp16 of the value times 2^-8 (biases 7 and 15).
-    const uint32_t bits = ((placed >> 1) & 0x3f803f80u) | (placed & 0x80008000u);
-    __half2 scaled = *reinterpret_cast<const __half2*>(&bits);
-    scaled = __hmul2(scaled, __half2(__float2half(256.f), __float2half(256.f)));
-    return *reinterpret_cast<const uint32_t*>(&scaled);
-  } else {
-    const uint32_t bits = ((placed >> 4) & 0x07f007f0u) | (placed & 0x80008000u);
-    __nv_bfloat162 scaled = *reinterpret_cast<const __nv_bfloat162*>(&bits);
-    scaled =
-        __hmul2(scaled, __nv_bfloat162(__float2bfloat16(0x1p120f), __float2bfloat16(0x1p120f)));
-    return *reinterpret_cast<const uint32_t*>(&scaled);
-  }
+// multiply by 2^120 is exact. The two NaN bytes (0x7f, 0xff) read as +-480.
+template <uint32_t kSelector>
+__device__ __forceinline__ uint32_t e4m3_pair_to_bfloat162(uint32_t four_e4m3) {
+  const uint32_t placed = __byte_perm(four_e4m3, 0u, kSelector);  // bytes [0, low, 0, high]
+  const uint32_t bits = ((placed >> 4) & 0x07f007f0u) | (placed & 0x80008000u);
+  __nv_bfloat162 scaled = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+  scaled = __hmul2(scaled, __nv_bfloat162(__float2bfloat16(0x1p120f), __float2bfloat16(0x1p120f)));
+  return *reinterpret_cast<const uint32_t*>(&scaled);
 }
 
 // PTX's byte permute with its sign mode: a selector nibble's bit 3 makes the result byte the
@@ -77,8 +66,10 @@ __device__ __forceinline__ uint32_t byte_permute(uint32_t low, uint32_t high, ui
 // as a pair of Element: shifted so that each byte's exponent and mantissa land in a 16-bit
 // half's fields, one mask keeps those and the sign, and the multiply rescales exactly. Two
 // instructions on the integer pipe (the permute and the mask; the shift is a multiply, on the
-// FMA pipe like the rescale) where e4m3_placed_pair takes four: a consumer converting every
-// operand in registers is bound by that pipe (token_warp_consumer.cuh).
+// FMA pipe like the rescale) where e4m3_pair_to_bfloat162 takes four: a consumer converting
+// every operand in registers is bound by that pipe (token_warp_consumer.cuh). fp16 the same way
+// (s 0 eeee mmm 0000000 is the fp16 of the value times 2^-8), rather than through the conversion
+// unit, whose rate would bound it as well. The NaN bytes read as +-480 here too.
 template <typename Element>
 __device__ __forceinline__ uint32_t e4m3_signed_pair(uint32_t signed_bytes) {
   if constexpr (std::is_same_v<Element, __half>) {
@@ -95,12 +86,6 @@ __device__ __forceinline__ uint32_t e4m3_signed_pair(uint32_t signed_bytes) {
         __hmul2(scaled, __nv_bfloat162(__float2bfloat16(0x1p120f), __float2bfloat16(0x1p120f)));
     return *reinterpret_cast<const uint32_t*>(&scaled);
   }
-}
-
-template <uint32_t kSelector>
-__device__ __forceinline__ uint32_t e4m3_pair_to_bfloat162(uint32_t four_e4m3) {
-  // bytes [0, low, 0, high]
-  return e4m3_placed_pair<__nv_bfloat16>(__byte_perm(four_e4m3, 0u, kSelector));
 }
 
 // Bytes 0 and 1 (kLow = true) or 2 and 3 of a word of four E4M3 values as a pair of Element.

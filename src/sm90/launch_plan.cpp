@@ -328,9 +328,10 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   // least kTokenWarpMinBlocks blocks: each warp computes its own rows' blocks, converting K and V
   // in registers (token_warp_consumer.cuh), against the union tile that rewrites every block
   // and computes it for a warpgroup's 64 rows. A tile's union, and so the union tile's waste,
-  // grows with the blocks its tokens can choose from: on 8K keys (64 blocks) the union tile was
-  // 12-18% faster, from 18K keys on every production case was slower, by 3-20% (32K keys:
-  // `random` 13% slower, `indexer` even, `clustered` 14% faster).
+  // grows with the blocks its tokens can choose from: token warps ran MiniMax-M3 on 8K keys (64
+  // blocks) at 0.82-0.87x the union tile's speed, every production case (18K-174K keys) at
+  // 1.02-1.26x, M3 on 32K keys at 1.13x (`random`), 1.00x (`indexer`), 0.86x (`clustered`), and
+  // multi-token prediction on 32K keys in 0.86x the time.
   constexpr int64_t kTokenWarpMinBlocks = 128;
   const bool plain_fp8 = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 &&
                          args.k_token_scale == nullptr && args.v_token_scale == nullptr;
