@@ -75,7 +75,9 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   // K and V of one block, and with per-token fp8 scales theirs (2 x kStagedScaleFloats), staged beside
   // the block by the prefill kernel's converting threads (the decode kernel's warps take theirs
   // from global memory).
+  // (The token-warp kernel's lanes load theirs from global memory as the decode kernel's do.)
   const bool token_scales = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 && !plan.decode_kernel &&
+                            !plan.token_warps &&
                             (args.k_token_scale != nullptr || args.v_token_scale != nullptr);
   const uint32_t scale_bytes = token_scales ? 2 * kStagedScaleFloats * sizeof(float) : 0;
   // The token-warp kernel reads fp8 stages where they land: compact slots of one box.
@@ -324,21 +326,18 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   c.warp_planning = warp_plan_kind(args, c, tuning);
   // The speculative load (warp_planning.cuh) issues q's-dtype boxes: fp8 calls go without it.
   c.speculate_first_block = !converts_kv && tuned(tuning.speculate, 1, 0, 1) != 0;
-  // fp8 K/V without per-token scales in the two-consumer kernel, on requests that may hold at
-  // least kTokenWarpMinBlocks blocks: each warp computes its own rows' blocks, converting K and V
-  // in registers (token_warp_consumer.cuh), against the union tile that rewrites every block
-  // and computes it for a warpgroup's 64 rows. A tile's union, and so the union tile's waste,
-  // grows with the blocks its tokens can choose from: token warps ran MiniMax-M3 on 8K keys (64
-  // blocks) at 0.82-0.87x the union tile's speed, every production case (18K-174K keys) at
-  // 1.02-1.26x, M3 on 32K keys at 1.13x (`random`), 1.00x (`indexer`), 0.86x (`clustered`), and
-  // multi-token prediction on 32K keys in 0.86x the time.
-  constexpr int64_t kTokenWarpMinBlocks = 128;
-  const bool plain_fp8 = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 &&
-                         args.k_token_scale == nullptr && args.v_token_scale == nullptr;
-  const int64_t request_blocks =
-      args.is_paged ? args.max_pages_per_request : (args.total_k + kBlockKeys - 1) / kBlockKeys;
-  c.token_warps = c.num_consumer_warpgroups == 2 && !c.decode_kernel && plain_fp8 &&
-                  tuned(tuning.token_warps, request_blocks >= kTokenWarpMinBlocks, 0, 1) == 1;
+  // fp8 K/V (with or without per-token scales) in the two-consumer kernel: each warp computes
+  // its own rows' blocks, converting K and V in registers (token_warp_consumer.cuh), against the
+  // union tile that rewrites every block and computes it for a warpgroup's 64 rows. Measured
+  // against the union tile: every production case (18K-174K keys) 1.02-1.26x its speed, M3 on
+  // 32K keys 1.13x (`random`), 1.00x (`indexer`), 0.86x (`clustered`), on 8K keys 0.82-0.87x,
+  // multi-token prediction on 32K keys in 0.86x the time. The union's waste grows with the keys
+  // a request holds, but the host knows them only for paged calls (the page table's width) and
+  // a flat call would then take another kernel than the same call paged (other bits); so every
+  // such call takes token warps.
+  c.token_warps = c.num_consumer_warpgroups == 2 && !c.decode_kernel &&
+                  args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 &&
+                  tuned(tuning.token_warps, 1, 0, 1) == 1;
   c.smem = smem_layout(args, c, tuning);
   // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).
   if (c.smem.num_stages < (c.num_consumer_warpgroups == 2 ? 2 : 1)) {

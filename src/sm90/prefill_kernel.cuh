@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
                                   RoleConfig<kConsumers>::kCtasPerSm)
     prefill_kernel(const __grid_constant__ AttentionParams params) {
   using Roles = RoleConfig<kConsumers, kKv>;
-  static_assert(!kTokenWarps || (kConsumers == 2 && kKv == KvFormat::kFp8),
+  static_assert(!kTokenWarps || (kConsumers == 2 && is_fp8(kKv)),
                 "the token-warp consumer takes two consumer warpgroups and fp8 K/V");
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
@@ -130,8 +130,8 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
                                                   work.head_chunk);
     } else if (kTokenWarps) {
       if constexpr (kTokenWarps) {
-        consume_token_warps<Element, kTemperatureLse>(params, smem, plan, work.kv_head,
-                                                      work.head_chunk);
+        consume_token_warps<Element, kTemperatureLse, kKv>(params, smem, plan, work.kv_head,
+                                                           work.head_chunk);
       }
     } else {
       consume<Element, kTemperatureLse, kConsumers, kKv>(params, smem, plan, work.kv_head,

@@ -27,7 +27,7 @@ int max_active_one_consumer_clusters_of(uint32_t shared_bytes, int cluster_size)
 template <typename Element, KvFormat kKv>
 cudaError_t launch_prefill(const AttentionParams& params, dim3 grid, bool temperature_lse,
                            bool token_warps, cudaStream_t stream) {
-  if constexpr (kKv == KvFormat::kFp8) {
+  if constexpr (is_fp8(kKv)) {
     if (token_warps) {
       return temperature_lse
                  ? launch_prefill_variant<Element, kKv, true, 2, true>(params, grid, stream)

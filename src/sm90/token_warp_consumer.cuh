@@ -29,6 +29,7 @@
 #include "sm90/ptx.cuh"
 #include "sm90/softmax.cuh"
 #include "sm90/split_combine.cuh"
+#include "sm90/token_scales.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -136,10 +137,41 @@ __device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kBlockScor
   }
 }
 
+// Per-token scales (kFp8TokenScaled, token_scales.cuh): lane l loads keys l, 32 + l, 64 + l and
+// 96 + l's scales of each operand (four coalesced loads a warp), and each score or probability
+// takes its column's from that lane by a shuffle: column 8j + 2 (lane % 4) + c of element
+// 4j + 2h + c.
+template <int kScores>
+__device__ __forceinline__ void scale_block_columns_by_lanes(float (&s)[kScores],
+                                                             const float (&lane_scale)[4]) {
+  const int base = 2 * (threadIdx.x % 4);
+#pragma unroll
+  for (int j = 0; j < kScores / 4; ++j) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const float scale = __shfl_sync(0xffffffffu, lane_scale[j / 4], 8 * (j % 4) + base + c);
+      s[4 * j + c] *= scale;
+      s[4 * j + 2 + c] *= scale;
+    }
+  }
+}
+
+__device__ __forceinline__ void load_block_lane_scales(const TokenScaleRow& row,
+                                                       int64_t first_slot, int valid_keys,
+                                                       float (&lane_scale)[4]) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    lane_scale[r] = row.scales == nullptr
+                        ? 1.f
+                        : column_scale(row, first_slot, 32 * r + static_cast<int>(threadIdx.x % 32),
+                                       valid_keys);
+  }
+}
+
 // Consumer warp w of warpgroup `warpgroup` (both run this, each warp on its own): rows
 // 16w .. 16w + 15 of the warpgroup's 64. Tiles of any size (a tile of at most
 // tokens_per_warpgroup tokens leaves warpgroup 1's rows empty).
-template <typename Element, bool kTemperatureLse>
+template <typename Element, bool kTemperatureLse, KvFormat kKv>
 __device__ inline void consume_token_warps(const AttentionParams& p, const Smem& smem,
                                            const TilePlan& plan, int kv_head, int head_chunk) {
   const int warpgroup = threadIdx.x / 128 - 1;
@@ -158,6 +190,8 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
   uint32_t q[kDimSteps][4];
   load_token_warp_queries(smem.q(warpgroup), first_row, q);
   const GlobalScales scales = global_scales(p);
+  constexpr bool kTokenScales = has_token_scales(kKv);
+  const TokenScaleRows token_scales = token_scale_rows(p, kv_head);
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
   TokenWarpOutput o;
@@ -184,6 +218,14 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
       sees_any |= visible[h] > 0;
     }
     const bool reads = __any_sync(0xffffffffu, sees_any);
+    // Per-token scales: K's before K lands, V's once S is done (so that they are not held
+    // beside S's accumulators: with both there the loop spilled).
+    float k_scale[4], v_scale[4];
+    const int64_t first_slot = kTokenScales ? block_first_slot(p, smem.union_coords()[u]) : 0;
+    const int valid_keys = plan.seqlen_k - block_first_key;
+    if (kTokenScales && reads) {
+      load_block_lane_scales(token_scales.k, first_slot, valid_keys, k_scale);
+    }
     mbarrier_wait(&header.k_full[stage], phase);
     if (!reads) {
       // Arrive on both rings in order, without reading: V's arrival waits for V(u) to land, so
@@ -196,10 +238,20 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
     float s[kBlockScores];
     token_warp_scores<Element>(q, smem.compact_k(stage), s);
     release_stage(&header.k_empty[stage]);
+    if constexpr (kTokenScales) {
+      load_block_lane_scales(token_scales.v, first_slot, valid_keys, v_scale);
+    }
     uint32_t probabilities[kBlockScores / 2];
     float correction[2];
-    softmax.template update<Element>(s, visible, scales.scale_log2, p.lse_temperature,
-                                     probabilities, correction);
+    if constexpr (kTokenScales) {
+      scale_block_columns_by_lanes(s, k_scale);
+      softmax.template update<Element>(
+          s, visible, scales.scale_log2, p.lse_temperature, probabilities, correction,
+          [&](float(&x)[kBlockScores]) { scale_block_columns_by_lanes(x, v_scale); });
+    } else {
+      softmax.template update<Element>(s, visible, scales.scale_log2, p.lse_temperature,
+                                       probabilities, correction);
+    }
 #pragma unroll
     for (int i = 0; i < kValueTiles; ++i) {
 #pragma unroll

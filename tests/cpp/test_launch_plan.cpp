@@ -197,7 +197,7 @@ TEST(LaunchPlan, Fp8KvKeepsTheShapesWithoutSpeculationOrPacing) {
   EXPECT_TRUE(plan_of(kPrefill32K).speculate_first_block);
 }
 
-// Per-token fp8 scales keep fp8's plan; the prefill kernel stages a block's 2 x 128 scales per
+// Per-token fp8 scales keep fp8's plan; the union tile stages a block's 2 x 128 scales per
 // stage (in rows of 40 floats, 2 x 160) in shared memory of its own, the decode kernel none.
 TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
   static const float kScale = 1.0f;
@@ -206,11 +206,11 @@ TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
     fp8.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
     flashmsa_args scaled = fp8;
     scaled.k_token_scale = scaled.v_token_scale = &kScale;
-    // Against fp8's union tile: the token-warp kernel takes no per-token scales.
+    // In the union tile (the token-warp kernel stages none: below).
     flashmsa_tuning union_tile = sm90::default_tuning();
     union_tile.token_warps = 0;
     const LaunchPlan plain = plan_launch(fp8, h200(), union_tile);
-    const LaunchPlan plan = plan_launch(scaled, h200(), sm90::default_tuning());
+    const LaunchPlan plan = plan_launch(scaled, h200(), union_tile);
     SCOPED_TRACE(name(shape));
     expect_same_kernel_and_grid(plan, plain);
     const uint32_t staged = plan.smem.union_blocks - plan.smem.token_scales;
@@ -221,9 +221,8 @@ TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
   }
 }
 
-// The token-warp kernel: two-consumer prefill of fp8 K/V without per-token scales, by default
-// where a request may hold 128 blocks or more; the same launch otherwise, on compact rings of
-// 16 KiB stages, as many as the header holds.
+// The token-warp kernel: two-consumer prefill of fp8 K/V (per-token scales or not), the same
+// launch otherwise, on compact rings of 16 KiB stages, as many as the header holds.
 TEST(LaunchPlan, TokenWarpsTakeTheTwoConsumerFp8KernelOnCompactRings) {
   flashmsa_args fp8 = args_of(kPrefill32K);
   fp8.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
@@ -244,25 +243,29 @@ TEST(LaunchPlan, TokenWarpsTakeTheTwoConsumerFp8KernelOnCompactRings) {
   EXPECT_EQ(warps.smem.union_blocks, warps.smem.v + warps.smem.num_stages * sm90::kFp8TileBytes);
   EXPECT_LE(warps.smem.bytes + sm90::kSharedMemoryAlignmentSlack,
             static_cast<uint32_t>(sm90::kSharedMemoryLimit));
-  // Requests of at most 127 blocks take the union tile unless the override asks.
+  // Whatever the requests' length: a flat call and the same call paged take one kernel.
   flashmsa_args short_context = fp8;
-  short_context.max_pages_per_request = 127;
+  short_context.max_pages_per_request = 8;
   short_context.is_paged = 1;
-  EXPECT_FALSE(plan_launch(short_context, h200(), sm90::default_tuning()).token_warps);
+  EXPECT_TRUE(plan_launch(short_context, h200(), sm90::default_tuning()).token_warps);
+  short_context.is_paged = 0;
+  short_context.total_k = 1000;
+  EXPECT_TRUE(plan_launch(short_context, h200(), sm90::default_tuning()).token_warps);
   flashmsa_tuning forced = sm90::default_tuning();
   forced.token_warps = 1;
-  EXPECT_TRUE(plan_launch(short_context, h200(), forced).token_warps);
-  short_context.max_pages_per_request = 128;
-  EXPECT_TRUE(plan_launch(short_context, h200(), sm90::default_tuning()).token_warps);
-  // Never bf16, decode or per-token scales.
+  // Per-token scales too, with no staged scales (its lanes load theirs).
+  flashmsa_args scaled = fp8;
+  const float token_scale = 1.f;
+  scaled.k_token_scale = scaled.v_token_scale = &token_scale;
+  const LaunchPlan scaled_plan = plan_launch(scaled, h200(), sm90::default_tuning());
+  EXPECT_TRUE(scaled_plan.token_warps);
+  EXPECT_EQ(scaled_plan.smem.token_scales, scaled_plan.smem.union_blocks);
+  EXPECT_EQ(scaled_plan.smem.bytes, warps.smem.bytes);
+  // Never bf16 or decode.
   EXPECT_FALSE(plan_of(kPrefill32K, forced).token_warps);
   flashmsa_args decode = args_of(kDecodeBatch64);
   decode.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
   EXPECT_FALSE(plan_launch(decode, h200(), forced).token_warps);
-  flashmsa_args scaled = fp8;
-  const float token_scale = 1.f;
-  scaled.k_token_scale = &token_scale;
-  EXPECT_FALSE(plan_launch(scaled, h200(), forced).token_warps);
 }
 
 TEST(LaunchPlan, ShortPrefillChunksOfOneToTwoWavesSplit) {

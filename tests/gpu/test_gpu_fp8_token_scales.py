@@ -16,11 +16,15 @@ test_path_takes_its_kernel):
   one-consumer shape; one-consumer-splits-topk64: batch 2 at 70000 and 40001 keys, topk 64 (past
   the one-token kernel), the one-consumer shape with cluster splits;
 - two-consumer-mtp8: 8-token multi-token prediction at batch 32 (MiniMax-M3's), the prefill
-  kernel's two-consumer wgmma path, one tile a request; two-consumer-splits: 8 tokens at batch
+  kernel's two-consumer path, one tile a request; two-consumer-splits: 8 tokens at batch
   2 over 40000 and 9000 keys kept off the one-token kernel (decode_kernel=0), the two-consumer
   split launch and its merge kernel;
 - two-consumer-prefill: long ragged prefill chunks (384, 0, 150, 77 rows), TP 4 heads
-  (Hq 16 / Hkv 1).
+  (Hq 16 / Hkv 1); two-consumer-long-prefill: chunks of 300, 0, 150, 77 rows on up to 40000
+  keys, MiniMax-M3 heads. Both, like two-consumer-mtp8 and -splits, run the token-warp consumer
+  (token_warp_consumer.cuh), which fp8 takes in the two-consumer kernel;
+- two-consumer-union-tile: two-consumer-prefill's shape through the union tile's rewrite and
+  staged scales (launch override token_warps=0).
 
 Inputs are fresh random data (q, logical K/V randn / 3) drawn on the device per case; the
 per-token scales are 2 ** U(-4, 4) times a mantissa in [1, 2), so a scale taken from the wrong
@@ -130,6 +134,11 @@ PATHS = {
                                 merge=True, overrides=dict(decode_kernel=0), seed=8),
     "two-consumer-prefill": Path([384, 0, 150, 77], [4000, 129, 1500, 77], TP4, 16,
                                  "prefill_kernel", consumers=2, seed=9),
+    "two-consumer-long-prefill": Path([300, 0, 150, 77], [40000, 129, 15000, 2000], M3, 16,
+                                      "prefill_kernel", consumers=2, seed=10),
+    "two-consumer-union-tile": Path([384, 0, 150, 77], [4000, 129, 1500, 77], TP4, 16,
+                                    "prefill_kernel", consumers=2,
+                                    overrides=dict(token_warps=0), seed=11),
 }
 PATH_NAMES = sorted(PATHS)
 

@@ -1,11 +1,12 @@
 """The two-consumer fp8 prefill kernel's token-warp consumer (src/sm90/token_warp_consumer.cuh),
-reached through the launch override token_warps=1 (and 0, the union tile with its rewrite, for
-comparison): every case of the fp8 suite (tests/gpu/test_gpu_fp8_kv.py, imported so that pytest
-collects them here again) runs under the override, unsplit and with each tile's blocks split
-three ways (partials merged through the workspace), each compared with the CPU backend and the
-fp64 reference, paged against flat bitwise, graph replays against eager calls. Calls the
-override does not reach (decode batches, the one-consumer shape, per-token scales) run their own
-kernels as before."""
+the launch plan's choice for fp8 K/V there, forced by the launch override token_warps=1 (and 0,
+the union tile with its rewrite, for comparison): every case of the fp8 suite
+(tests/gpu/test_gpu_fp8_kv.py, imported so that pytest collects them here again) runs under the
+override, unsplit and with each tile's blocks split three ways (partials merged through the
+workspace), each compared with the CPU backend and the fp64 reference, paged against flat
+bitwise, graph replays against eager calls. Calls the override does not reach (decode batches,
+the one-consumer shape) run their own kernels as before; per-token scales:
+test_gpu_fp8_token_scales.py."""
 import pytest
 import torch
 
