@@ -13,7 +13,10 @@
 // selected, and a block no row of a warp selected costs that warp nothing but its barriers; the
 // union tile computed every block for all 64 rows of a warpgroup (1.5-3.5x the useful work on
 // MiniMax-M3's selections). The rings are compact (16 KiB stages, Smem::compact_k), so twice the
-// blocks are resident and warps whose tokens chose different blocks work at once.
+// blocks are resident and warps whose tokens chose different blocks work at once. What bounds it
+// is the conversions (each warp converts all of every block it computes, two integer-pipe
+// instructions a pair of values): without them the same kernel ran 2.1x as fast
+// (docs/performance.md, "fp8 prefill by token warps").
 // A thread holds S and O of rows lane / 4 and lane / 4 + 8 of its warp's 16: S as OnlineSoftmax
 // lays 128 keys out, O as TokenWarpOutput below.
 #pragma once
