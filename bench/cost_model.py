@@ -20,12 +20,15 @@ operand bf16, K+V of a block 64 KiB):
               heads) computed with mma.sync only on the blocks its token selected, by all four
               warps of its warpgroup (keys split for S, head dims for O, P through shared
               memory): no waste, the bytes of union8; per row tile and block the warps read K and
-              V once (64 KiB), Q 4 KiB each (16) and P (16, and 4 written).
+              V once (64 KiB), Q 4 KiB each (16) and P (16, and 4 written). Built and measured
+              at half its floor (its per-tile chain of two barriers binds it), not kept.
   warp16      a CTA of 16 tokens loads their union, and each of its 16 warps computes one
               token's 16 heads with mma.sync (the decode kernel's way) on that token's blocks
               only: no waste, 16 tokens share each load; K and V fragments come from shared
               memory for every warp, and mma.sync runs below wgmma's rate (MMA_SYNC_FLOPS,
-              measured by scripts/probes/mma_sync_rate.cu).
+              measured by scripts/probes/mma_sync_rate.cu). Its 8-token form on fp8 K/V is the
+              token-warp kernel, bound not by these terms but by its in-register conversions
+              (docs/performance.md, "fp8 prefill by token warps").
 Each design's floor is the largest of: its executed FLOP at the dense attention rate (or at
 the rate its shared-memory operand traffic allows, if lower), its L2 bytes at the measured L2
 -> shared memory rate, and its largest CTA's work and intake on one SM (the bound of calls of
