@@ -107,8 +107,8 @@ __device__ __forceinline__ void token_warp_scores(const uint32_t (&q)[kDimSteps]
 // OnlineSoftmax::update. K-step s's B fragments of lane (g, l) are keys 16s + 2l, + 1 and
 // 16s + 8 + 2l, + 1 of dims 16g .. 16g + 15: four 16-byte reads (four rows of one k-step: 512
 // bytes, four wavefronts), then each fragment register is one byte of two rows, each followed
-// by its sign, by one byte permute, then converted (e4m3_signed_pair). Garbage bytes past the sequence end convert to
-// finite values (kv_convert.cuh), which P's zeros there cancel.
+// by its sign, by one byte permute, then converted (e4m3_signed_pair). Garbage bytes past the
+// sequence end convert to finite values (kv_convert.cuh), which P's zeros there cancel.
 template <typename Element>
 __device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kBlockScores / 2],
                                                   const uint8_t* v_stage, TokenWarpOutput& o) {
