@@ -157,17 +157,33 @@ __device__ __forceinline__ float load_lane_key_scale(const TokenScaleRow& row, i
                       valid_keys);
 }
 
+// Blocks of more keys (the token-warp consumer's 128): lane_scale[r] holds key 32 r + lane's.
 template <int kScores>
-__device__ __forceinline__ void scale_columns_by_lanes(float (&s)[kScores], float lane_scale) {
+__device__ __forceinline__ void scale_columns_by_lanes(float (&s)[kScores],
+                                                       const float (&lane_scale)[kScores / 16]) {
   const int base = 2 * (threadIdx.x % 4);
 #pragma unroll
   for (int j = 0; j < kScores / 4; ++j) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const float scale = __shfl_sync(0xffffffffu, lane_scale, base + 8 * j + c);
+      const float scale = __shfl_sync(0xffffffffu, lane_scale[j / 4], base + 8 * (j % 4) + c);
       s[4 * j + c] *= scale;
       s[4 * j + 2 + c] *= scale;
     }
+  }
+}
+template <int kScores>
+__device__ __forceinline__ void scale_columns_by_lanes(float (&s)[kScores], float lane_scale) {
+  const float lane_scales[1] = {lane_scale};
+  scale_columns_by_lanes(s, lane_scales);
+}
+__device__ __forceinline__ void load_lane_key_scales(const TokenScaleRow& row, int64_t first_slot,
+                                                     int valid_keys, float (&lane_scale)[4]) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    lane_scale[r] = row.scales == nullptr
+                        ? 1.f
+                        : load_lane_key_scale(row, first_slot, 32 * r, valid_keys);
   }
 }
 

@@ -39,10 +39,11 @@ namespace flashmsa::sm90 {
 constexpr int kBlockScores = 4 * (kBlockKeys / 8);  // a thread's S of one block: 64
 constexpr int kValueTiles = kHeadDim / 8;            // n-tiles of O: 16
 
-// A thread's O: o[i][2h + c] at row lane / 4 + 8h, dim 32 (lane % 4) + 16c + i. V's fragments
-// are gathered 16 dims of one key at a time (a lane's 16-byte chunk), so tile i's column n is dim
-// 16n + i, and a lane's accumulators cover 32 consecutive dims of each of its rows.
-using TokenWarpOutput = float[kValueTiles][4];
+// A thread's O, in OnlineSoftmax's accumulator order: o[4i + 2h + c] at row lane / 4 + 8h, dim
+// 32 (lane % 4) + 16c + i. V's fragments are gathered 16 dims of one key at a time (a lane's
+// 16-byte chunk), so tile i's column n is dim 16n + i, and a lane's accumulators cover 32
+// consecutive dims of each of its rows.
+using TokenWarpOutput = float[4 * kValueTiles];
 
 // Q's A fragments of the warp's row tile for the 8 k-steps of S, read once per tile. K-step
 // 4a + e takes lane l's dims 16 (2l + a) + 4e .. + 3 (the pairs are its k = 2l, 2l + 1 and
@@ -135,39 +136,8 @@ __device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kBlockScor
           e4m3_signed_pair<Element>(byte_permute(rows[0][word], rows[1][word], selector));
       const uint32_t b1 =
           e4m3_signed_pair<Element>(byte_permute(rows[2][word], rows[3][word], selector));
-      mma_m16n8k16<Element>(o[i], a, b0, b1);
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[4 * i]), a, b0, b1);
     }
-  }
-}
-
-// Per-token scales (kFp8TokenScaled, token_scales.cuh): lane l loads keys l, 32 + l, 64 + l and
-// 96 + l's scales of each operand (four coalesced loads a warp), and each score or probability
-// takes its column's from that lane by a shuffle: column 8j + 2 (lane % 4) + c of element
-// 4j + 2h + c.
-template <int kScores>
-__device__ __forceinline__ void scale_block_columns_by_lanes(float (&s)[kScores],
-                                                             const float (&lane_scale)[4]) {
-  const int base = 2 * (threadIdx.x % 4);
-#pragma unroll
-  for (int j = 0; j < kScores / 4; ++j) {
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const float scale = __shfl_sync(0xffffffffu, lane_scale[j / 4], 8 * (j % 4) + base + c);
-      s[4 * j + c] *= scale;
-      s[4 * j + 2 + c] *= scale;
-    }
-  }
-}
-
-__device__ __forceinline__ void load_block_lane_scales(const TokenScaleRow& row,
-                                                       int64_t first_slot, int valid_keys,
-                                                       float (&lane_scale)[4]) {
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    lane_scale[r] = row.scales == nullptr
-                        ? 1.f
-                        : column_scale(row, first_slot, 32 * r + static_cast<int>(threadIdx.x % 32),
-                                       valid_keys);
   }
 }
 
@@ -199,10 +169,7 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
   softmax.init();
   TokenWarpOutput o;
 #pragma unroll
-  for (int i = 0; i < kValueTiles; ++i) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) o[i][c] = 0.f;
-  }
+  for (int i = 0; i < 4 * kValueTiles; ++i) o[i] = 0.f;
 
   const int num_stages = p.smem_layout.num_stages;
   RingCursor ring;
@@ -221,13 +188,14 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
       sees_any |= visible[h] > 0;
     }
     const bool reads = __any_sync(0xffffffffu, sees_any);
-    // Per-token scales: K's before K lands, V's once S is done (so that they are not held
-    // beside S's accumulators: with both there the loop spilled).
+    // Per-token scales (token_scales.cuh: each lane loads four keys' of a block, the columns
+    // take theirs by shuffles): K's before K lands, V's once S is done (so that they are not
+    // held beside S's accumulators: with both there the loop spilled).
     float k_scale[4], v_scale[4];
     const int64_t first_slot = kTokenScales ? block_first_slot(p, smem.union_coords()[u]) : 0;
     const int valid_keys = plan.seqlen_k - block_first_key;
     if (kTokenScales && reads) {
-      load_block_lane_scales(token_scales.k, first_slot, valid_keys, k_scale);
+      load_lane_key_scales(token_scales.k, first_slot, valid_keys, k_scale);
     }
     mbarrier_wait(&header.k_full[stage], phase);
     if (!reads) {
@@ -242,27 +210,20 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
     token_warp_scores<Element>(q, smem.compact_k(stage), s);
     release_stage(&header.k_empty[stage]);
     if constexpr (kTokenScales) {
-      load_block_lane_scales(token_scales.v, first_slot, valid_keys, v_scale);
+      load_lane_key_scales(token_scales.v, first_slot, valid_keys, v_scale);
     }
     uint32_t probabilities[kBlockScores / 2];
     float correction[2];
     if constexpr (kTokenScales) {
-      scale_block_columns_by_lanes(s, k_scale);
+      scale_columns_by_lanes(s, k_scale);
       softmax.template update<Element>(
           s, visible, scales.scale_log2, p.lse_temperature, probabilities, correction,
-          [&](float(&x)[kBlockScores]) { scale_block_columns_by_lanes(x, v_scale); });
+          [&](float(&x)[kBlockScores]) { scale_columns_by_lanes(x, v_scale); });
     } else {
       softmax.template update<Element>(s, visible, scales.scale_log2, p.lse_temperature,
                                        probabilities, correction);
     }
-#pragma unroll
-    for (int i = 0; i < kValueTiles; ++i) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        o[i][2 * h] *= correction[h];
-        o[i][2 * h + 1] *= correction[h];
-      }
-    }
+    OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
     mbarrier_wait(&header.v_full[stage], phase);
     token_warp_values<Element>(probabilities, smem.compact_v(stage), o);
     release_stage(&header.v_empty[stage]);
@@ -284,8 +245,9 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
     const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + source.head;
     // Dims first_dim + 16c + i, i = 0..15, in groups of four.
     auto quad = [&](int c, int i0) {
-      return make_float4(o[i0][2 * h + c] * scale, o[i0 + 1][2 * h + c] * scale,
-                         o[i0 + 2][2 * h + c] * scale, o[i0 + 3][2 * h + c] * scale);
+      const int first = 4 * i0 + 2 * h + c;
+      return make_float4(o[first] * scale, o[first + 4] * scale, o[first + 8] * scale,
+                         o[first + 12] * scale);
     };
     if (p.num_splits > 1) {  // fp32 partials for merge.cu
       const int64_t partial_row = workspace_partial_row(p, plan.split, token, head);
