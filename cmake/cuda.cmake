@@ -31,12 +31,16 @@ target_sources(flashmsa PRIVATE
   src/sm90/prefill_fp16_fp8.cu
   src/sm90/prefill_bf16_fp8_scaled.cu
   src/sm90/prefill_fp16_fp8_scaled.cu
+  src/sm90/prefill_bf16_nvfp4.cu
+  src/sm90/prefill_fp16_nvfp4.cu
   src/sm90/decode_bf16.cu
   src/sm90/decode_fp16.cu
   src/sm90/decode_bf16_fp8.cu
   src/sm90/decode_fp16_fp8.cu
   src/sm90/decode_bf16_fp8_scaled.cu
   src/sm90/decode_fp16_fp8_scaled.cu
+  src/sm90/decode_bf16_nvfp4.cu
+  src/sm90/decode_fp16_nvfp4.cu
   src/sm90/merge.cu
 )
 target_include_directories(flashmsa PRIVATE ${FLASHMSA_CUTLASS_DIR} ${CUDAToolkit_INCLUDE_DIRS}

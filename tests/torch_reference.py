@@ -50,11 +50,25 @@ def swizzled_scale_offset(rows, cols):
             + ((rows % 128) // 32) * 4 + cols % 4)
 
 
-def dequantize_nvfp4(packed, scale_bytes, paged):
+def page_local_scales(scale_bytes, value):
+    """Page-local NVFP4 scale planes (num_pages, Hkv, 128, D/16), each plane contiguous ->
+    float32 scales [page, head, token, group] (section 6): K's planes are linear (the view
+    itself), V's in token-quad order, byte (t // 4) * 4 * C + s * 4 + t % 4 of its plane."""
+    if not value:
+        return e4m3_bytes_to_float(scale_bytes)
+    cols = scale_bytes.shape[-1]
+    plane = scale_bytes.flatten(-2)
+    token = torch.arange(BLOCK_SIZE, device=scale_bytes.device).view(-1, 1)
+    group = torch.arange(cols, device=scale_bytes.device).view(1, -1)
+    return e4m3_bytes_to_float(plane[..., (token // 4) * 4 * cols + group * 4 + token % 4])
+
+
+def dequantize_nvfp4(packed, scale_bytes, paged, value=False):
     """Packed NVFP4 K or V -> float32 of the logical shape (..., D).
 
     packed: uint8 (total_k, Hkv, D/2) flat or (num_pages, Hkv, 128, D/2) paged, any strides.
-    scale_bytes: uint8 or float8_e4m3fn tensor holding the swizzled E4M3 scales (flattened).
+    scale_bytes: uint8 or float8_e4m3fn tensor holding the swizzled E4M3 scales (flattened),
+    or, paged, the 4-D page-local planes (page_local_scales; `value`: V's token-quad order).
     The row of the scale table is token * Hkv + head (flat) or (page * Hkv + head) * 128 +
     token_in_page (paged); every group of 16 consecutive elements of a row shares one scale.
     """
@@ -64,6 +78,8 @@ def dequantize_nvfp4(packed, scale_bytes, paged):
     # The low nibble is the even element.
     values = torch.stack((low, high), dim=-1).flatten(-2)
     head_dim = values.shape[-1]
+    if scale_bytes.dim() == 4:
+        return values * page_local_scales(scale_bytes, value).repeat_interleave(16, dim=-1)
     if paged:
         num_pages, num_heads, page_size = values.shape[:3]
         page = torch.arange(num_pages, device=packed.device).view(-1, 1, 1)
@@ -81,12 +97,13 @@ def dequantize_nvfp4(packed, scale_bytes, paged):
     return values * scales.repeat_interleave(16, dim=-1)
 
 
-def dequantize_kv(x, scale_bytes=None, paged=False):
-    """K or V in any supported storage (bf16, fp16, fp8 E4M3, packed NVFP4) -> float32, exactly."""
+def dequantize_kv(x, scale_bytes=None, paged=False, value=False):
+    """K or V in any supported storage (bf16, fp16, fp8 E4M3, packed NVFP4) -> float32, exactly.
+    value: x is V (page-local NVFP4 scales are in token-quad order there)."""
     if x.dtype == torch.uint8:
         if scale_bytes is None:
             raise ValueError("NVFP4 K/V needs its block scales")
-        return dequantize_nvfp4(x, scale_bytes, paged)
+        return dequantize_nvfp4(x, scale_bytes, paged, value)
     return x.to(torch.float32)
 
 
@@ -220,7 +237,7 @@ class _KeyTable:
         paged = page_table is not None
         # K/V in float32 hold every supported storage format exactly.
         k_values = dequantize_kv(k, k_scale, paged)
-        v_values = dequantize_kv(v, v_scale, paged)
+        v_values = dequantize_kv(v, v_scale, paged, value=True)
         if paged:
             self.seqlen_k = seqused_k.tolist()
             max_pages = page_table.shape[1]

@@ -431,7 +431,7 @@ def msa_sparse_attention(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k=None, 
 # The custom op: what runs eagerly, and what torch.compile sees.
 # ---------------------------------------------------------------------------------------------
 
-def _check_supported(q, kv_dtype):
+def _check_supported(q):
     """What this build and device run (section 3): NotImplementedError otherwise."""
     if q.device.type == "cpu":
         return
@@ -444,11 +444,6 @@ def _check_supported(q, kv_dtype):
         raise NotImplementedError(
             f"flashmsa's CUDA kernels run on compute capability 9.0 (Hopper: H100, H800, H20, "
             f"H200); {torch.cuda.get_device_name(q.device)} is {capability[0]}.{capability[1]}")
-    if kv_dtype == torch.uint8:
-        raise NotImplementedError(
-            "NVFP4 (uint8) K/V on the GPU are coming in a later release: on CUDA, k and v must be "
-            f"bfloat16/float16 (q's dtype, {str(q.dtype).replace('torch.', '')}) or "
-            "float8_e4m3fn")
 
 
 def supports_packed_kv(device):
@@ -583,7 +578,7 @@ def _msa_sparse_attention_op(
     tensor, when given, replaces its float (then 1) and is read by the backend in place.
     Arguments were validated by msa_sparse_attention; the library validates them again before
     any work."""
-    _check_supported(q, k.dtype)
+    _check_supported(q)
     if k.dtype == torch.uint8:  # NVFP4 block scales may come as float8_e4m3fn: read the bytes
         k_scale, v_scale = k_scale.view(torch.uint8), v_scale.view(torch.uint8)
     args = _fill_args(q, k, v, q2k_indices, cu_seqlens_q, cu_seqlens_k, page_table, seqused_k,

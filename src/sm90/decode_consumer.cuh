@@ -27,6 +27,7 @@
 #include "sm90/kernel_traits.h"
 #include "sm90/kv_convert.cuh"
 #include "sm90/mma.cuh"
+#include "sm90/nvfp4_convert.cuh"
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
 #include "sm90/ptx.cuh"
@@ -136,6 +137,79 @@ __device__ __forceinline__ void warp_scores_fp8(const uint8_t* q_tile, const uin
                             convert_e4m3_word_half<Element, true>(word),
                             convert_e4m3_word_half<Element, false>(word));
     }
+  }
+}
+
+// Q's A fragments of a warp's 16-row tile for the 8 k-steps of S, read once per tile (the
+// token-warp consumer's, and the one-token consumer's for NVFP4). K-step
+// 4a + e takes lane l's dims 16 (2l + a) + 4e .. + 3 (the pairs are its k = 2l, 2l + 1 and
+// 2l + 8, 2l + 9), so that each key row's lane reads 16 consecutive fp8 bytes for four k-steps:
+// chunks 2l + a of rows g and g + 1 land in distinct banks under the 128B swizzle.
+__device__ __forceinline__ void load_token_warp_queries(const uint8_t* q_tile, int first_row,
+                                                        uint32_t (&q)[kDimSteps][4]) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4, l = lane % 4;
+#pragma unroll
+  for (int a = 0; a < 2; ++a) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int chunk = 2 * (2 * l + a) + e / 2, byte = (e % 2) * 8;
+      const uint2 row_g = *reinterpret_cast<const uint2*>(
+          q_tile + swizzled_chunk_offset(first_row + g, chunk, kQPanelBytes) + byte);
+      const uint2 row_g8 = *reinterpret_cast<const uint2*>(
+          q_tile + swizzled_chunk_offset(first_row + g + 8, chunk, kQPanelBytes) + byte);
+      q[4 * a + e][0] = row_g.x;
+      q[4 * a + e][1] = row_g8.x;
+      q[4 * a + e][2] = row_g.y;
+      q[4 * a + e][3] = row_g8.y;
+    }
+  }
+}
+
+// warp_scores on an NVFP4 stage (rows of 64 packed bytes, unswizzled, where the block landed),
+// converted in registers: Q's k-steps as load_token_warp_queries orders them (k-step e: dims
+// 32l + 4e .. + 3 of lane l), so that lane (g, l) reads bytes 16l .. 16l + 15 of each of its
+// keys (one 16-byte read for all eight k-steps; eight consecutive rows a read, conflict-free),
+// whose scale columns are 2l and 2l + 1. scales[tile / 2]: the columns' scales of key
+// first_key + 8 tile + g (16 bits a key, load_warp_key_scales).
+template <typename Element>
+__device__ __forceinline__ void warp_scores_nvfp4(const uint32_t (&q)[kDimSteps][4],
+                                                  const uint8_t* k_rows, int first_key,
+                                                  const uint32_t (&scales)[2],
+                                                  float (&s)[4 * kWarpScoreTiles]) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4, l = lane % 4;
+#pragma unroll
+  for (int i = 0; i < 4 * kWarpScoreTiles; ++i) s[i] = 0.f;
+#pragma unroll
+  for (int tile = 0; tile < kWarpScoreTiles; ++tile) {
+    const int key = first_key + 8 * tile + g;
+    const uint4 row = *reinterpret_cast<const uint4*>(k_rows + key * kNvfp4RowBytes + 16 * l);
+    const uint32_t words[4] = {row.x, row.y, row.z, row.w};
+    const uint32_t multipliers =
+        nvfp4_multipliers<Element>(scales[tile / 2] >> (16 * (tile % 2)));
+    const uint32_t column_multipliers[2] = {broadcast_half<false>(multipliers),
+                                            broadcast_half<true>(multipliers)};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t m = column_multipliers[i / 2];
+      const Nvfp4Word<Element> w = convert_nvfp4_word<Element>(words[i], m, m);
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[4 * tile]), q[2 * i], w.pair[0],
+                            w.pair[1]);
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[4 * tile]), q[2 * i + 1],
+                            w.pair[2], w.pair[3]);
+    }
+  }
+}
+
+__device__ __forceinline__ void load_warp_key_scales(const Nvfp4BlockScales& block, int first_key,
+                                                     uint32_t (&scales)[2]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int pair = 0; pair < 2; ++pair) {
+    const int key = first_key + 16 * pair + lane / 4;
+    scales[pair] = key_scale_pair(block, key, lane % 4) |
+                   key_scale_pair(block, key + 8, lane % 4) << 16;
   }
 }
 
@@ -334,6 +408,63 @@ __device__ __forceinline__ void store_converted_value_slice(uint8_t* v_stage, in
   __syncwarp();
 }
 
+// NVFP4 V the same way: warp w's 32 head dims of all 128 keys are bytes 16w .. 16w + 15 of
+// each landed row (scale columns 2w, 2w + 1), loaded into registers with their scales before
+// the block's P barrier and stored converted after it. Keys past the request's end have scale 0
+// (and finite E2M1 values), so they store zeros.
+struct Nvfp4ValueSlice {
+  uint4 rows[4];        // [row lane + 32 r]
+  uint32_t scales[2];   // [r / 2]: row lane + 32 r's two scales at bits 16 (r % 2) ..
+};
+
+__device__ __forceinline__ Nvfp4ValueSlice load_nvfp4_value_scales(const Nvfp4BlockScales& block,
+                                                                   int warp) {
+  const int lane = threadIdx.x % 32;
+  Nvfp4ValueSlice slice;
+#pragma unroll
+  for (int pair = 0; pair < 2; ++pair) {
+    slice.scales[pair] = value_scale_col_pair(block, lane + 64 * pair, 2 * warp) |
+                         value_scale_col_pair(block, lane + 64 * pair + 32, 2 * warp) << 16;
+  }
+  return slice;
+}
+
+__device__ __forceinline__ void load_nvfp4_value_rows(const uint8_t* landed, int warp,
+                                                      Nvfp4ValueSlice& slice) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    slice.rows[r] = *reinterpret_cast<const uint4*>(landed + (lane + 32 * r) * kNvfp4RowBytes +
+                                                    16 * warp);
+  }
+}
+
+template <typename Element>
+__device__ __forceinline__ void store_converted_nvfp4_value_slice(uint8_t* v_stage, int warp,
+                                                                  const Nvfp4ValueSlice& slice) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = lane + 32 * r;
+    const uint32_t multipliers =
+        nvfp4_multipliers<Element>(slice.scales[r / 2] >> (16 * (r % 2)));
+    const uint32_t column_multipliers[2] = {broadcast_half<false>(multipliers),
+                                            broadcast_half<true>(multipliers)};
+    const uint32_t words[4] = {slice.rows[r].x, slice.rows[r].y, slice.rows[r].z,
+                               slice.rows[r].w};
+    uint8_t* converted_row = v_stage + (warp / 2) * kKvPanelBytes + row * 128;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // dims 32w + 8i .. + 7: one converted chunk
+      const uint32_t m = column_multipliers[i / 2];
+      const Nvfp4Word<Element> w = convert_nvfp4_word<Element>(words[i], m, m);
+      const int chunk = 4 * (warp % 2) + i;
+      *reinterpret_cast<uint4*>(converted_row + ((chunk ^ (row % 8)) * 16)) =
+          make_uint4(w.pair[0], w.pair[1], w.pair[2], w.pair[3]);
+    }
+  }
+  __syncwarp();
+}
+
 // kKv: how the stages hold K and V (fp8: converted here, see above; kFp8TokenScaled: with
 // per-token scales, token_scales.cuh).
 template <typename Element, bool kTemperatureLse, KvFormat kKv = KvFormat::kNative>
@@ -357,6 +488,10 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   const GlobalScales scales = global_scales(p);
   constexpr bool kTokenScales = has_token_scales(kKv);
   const TokenScaleRows token_scales = token_scale_rows(p, kv_head);
+
+  // NVFP4: Q's fragments held for the whole loop, in the order warp_scores_nvfp4 takes them.
+  uint32_t q[kDimSteps][4];
+  if constexpr (is_nvfp4(kKv)) load_token_warp_queries(smem.q(0), 0, q);
 
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
@@ -387,11 +522,25 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
         value_scale = load_lane_key_scale(token_scales.v, first_slot, first_key, valid_keys);
       }
     }
+    // NVFP4's block scales: this warp's keys' K scales and its dims' V scales.
+    uint32_t key_block_scales[2];
+    Nvfp4ValueSlice nvfp4_slice;
+    if constexpr (is_nvfp4(kKv)) {
+      const int32_t coord = smem.union_coords()[u];
+      const int valid_keys = plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys;
+      load_warp_key_scales(nvfp4_block_scales(p, false, coord, kv_head, valid_keys), first_key,
+                           key_block_scales);
+      nvfp4_slice =
+          load_nvfp4_value_scales(nvfp4_block_scales(p, true, coord, kv_head, valid_keys), warp);
+    }
     mbarrier_wait(&header.k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
     float s[4 * kWarpScoreTiles];
-    if constexpr (is_fp8(kKv)) {
+    if constexpr (is_nvfp4(kKv)) {
+      warp_scores_nvfp4<Element>(q, smem.k(stage) + landing_offset(kKv), first_key,
+                                 key_block_scales, s);
+    } else if constexpr (is_fp8(kKv)) {
       warp_scores_fp8<Element>(smem.q(0), smem.k(stage), first_key, s);
       if (kTokenScales && token_scales.k.scales != nullptr) scale_columns_by_lanes(s, key_scale);
     } else {
@@ -425,7 +574,15 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     OnlineSoftmax<kTemperatureLse>::template pack_probabilities<Element>(s, probabilities);
     share_probabilities(exchange.probabilities, probabilities);
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
-    if constexpr (is_fp8(kKv)) {
+    if constexpr (is_nvfp4(kKv)) {
+      mbarrier_wait(&header.v_full[stage], phase);
+      load_nvfp4_value_rows(smem.v(stage) + landing_offset(kKv), warp, nvfp4_slice);
+      // P of all 128 keys is in shared memory, and every warp's NVFP4 slice is in registers.
+      named_barrier_sync(kConsumerBarrier, 128);
+      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
+      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
+      store_converted_nvfp4_value_slice<Element>(smem.v(stage), warp, nvfp4_slice);
+    } else if constexpr (is_fp8(kKv)) {
       mbarrier_wait(&header.v_full[stage], phase);
       const Fp8ValueSlice slice = load_fp8_value_slice(smem.v(stage), warp);
       // P of all 128 keys is in shared memory, and every warp's fp8 slice is in registers.

@@ -40,13 +40,34 @@ constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one blo
 // How K and V are stored. kNative: q's dtype, loaded by TMA straight into the stage in the
 // layout the consumers read. kFp8: E4M3, one byte a value: TMA lands a block's 128-byte rows
 // (one 128B-swizzled box, 16 KiB) in the upper half of the 32 KiB stage, and the consumers
-// rewrite it in place as q's dtype in the native layout before they read it (kv_convert.cuh).
+// rewrite it in place as q's dtype in the native layout before they read it (kv_convert.cuh),
+// or read it where it landed (token_warp_consumer.cuh).
 // kFp8TokenScaled: kFp8 with per-token scales (token_scales.cuh), its own instantiation so that
 // fp8 without them runs loops with no trace of them.
-enum class KvFormat : int32_t { kNative = 0, kFp8 = 1, kFp8TokenScaled = 2 };
-constexpr bool is_fp8(KvFormat format) { return format != KvFormat::kNative; }
+// kNvfp4: packed E2M1 pairs, 64-byte rows (one unswizzled box, 8 KiB), with one E4M3 scale per
+// 16 values that the consumers load themselves (nvfp4_convert.cuh); only the token-warp and
+// one-token consumers take it, converting in registers (and the one-token consumer's V by a
+// rewrite, as for fp8).
+enum class KvFormat : int32_t { kNative = 0, kFp8 = 1, kFp8TokenScaled = 2, kNvfp4 = 3 };
+constexpr bool is_fp8(KvFormat format) {
+  return format == KvFormat::kFp8 || format == KvFormat::kFp8TokenScaled;
+}
+constexpr bool is_nvfp4(KvFormat format) { return format == KvFormat::kNvfp4; }
+constexpr bool is_converted(KvFormat format) { return format != KvFormat::kNative; }
 constexpr bool has_token_scales(KvFormat format) { return format == KvFormat::kFp8TokenScaled; }
 constexpr uint32_t kFp8TileBytes = kBlockKeys * kHeadDim;  // one operand of one block: 16 KiB
+constexpr uint32_t kNvfp4RowBytes = kHeadDim / 2;
+constexpr uint32_t kNvfp4TileBytes = kBlockKeys * kNvfp4RowBytes;  // 8 KiB
+// Bytes one operand of one block lands as, and where in a full (kKvTileBytes) stage: fp8 in the
+// upper half (kv_convert.cuh says why), NVFP4 in the last quarter (the one-token consumer loads
+// its V slices into registers before any warp rewrites the stage); compact stages hold the box
+// alone, at their start.
+constexpr uint32_t landed_tile_bytes(KvFormat format) {
+  return is_nvfp4(format) ? kNvfp4TileBytes : is_fp8(format) ? kFp8TileBytes : kStageTxBytes;
+}
+constexpr uint32_t landing_offset(KvFormat format) {
+  return is_converted(format) ? kKvTileBytes - landed_tile_bytes(format) : 0;
+}
 
 // Decode's KV split runs as one thread-block cluster per (tile, head column), at most 16 CTAs:
 // twice the portable cluster size, which Hopper allows to kernels that opt in
@@ -222,13 +243,13 @@ struct Smem {
   __device__ __forceinline__ uint8_t* v(int stage) const {
     return base + layout.v + stage * kKvTileBytes;
   }
-  // The token-warp kernel's compact rings (token_warp_consumer.cuh): stages of one fp8 box,
-  // kFp8TileBytes each, read where TMA lands them.
-  __device__ __forceinline__ uint8_t* compact_k(int stage) const {
-    return base + layout.k + stage * kFp8TileBytes;
+  // The token-warp kernel's compact rings (token_warp_consumer.cuh): stages of one fp8 or
+  // NVFP4 box (landed_tile_bytes each), read where TMA lands them.
+  __device__ __forceinline__ uint8_t* compact_k(int stage, uint32_t slot_bytes) const {
+    return base + layout.k + stage * slot_bytes;
   }
-  __device__ __forceinline__ uint8_t* compact_v(int stage) const {
-    return base + layout.v + stage * kFp8TileBytes;
+  __device__ __forceinline__ uint8_t* compact_v(int stage, uint32_t slot_bytes) const {
+    return base + layout.v + stage * slot_bytes;
   }
   // A stage's per-token scales (token_scales.cuh): K's kStagedScaleFloats, then V's.
   __device__ __forceinline__ float* token_scales(int stage) const {

@@ -93,9 +93,10 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encoder;
 }
 
-// K or V as a TMA tensor with 128-byte-wide boxes of 128 tokens (64 dims of q's dtype, or all
-// 128 fp8 dims), 128-byte swizzle and the L2 promotion the plan chose. Out-of-range boxes (a
-// flat request's last block past total_k) are zero-filled by the hardware.
+// K or V as a TMA tensor with boxes of 128 tokens, 128 bytes wide with the 128-byte swizzle (64
+// dims of q's dtype, or all 128 fp8 dims) or, for NVFP4, 64 bytes wide (a whole packed row)
+// without swizzle, and the L2 promotion the plan chose. Out-of-range boxes (a flat request's
+// last block past total_k) are zero-filled by the hardware.
 CUtensorMap make_kv_tensor_map(const char* name, const void* base, const flashmsa_args& args,
                                int64_t stride_page, int64_t stride_head, int64_t stride_token,
                                CUtensorMapL2promotion promotion) {
@@ -103,25 +104,31 @@ CUtensorMap make_kv_tensor_map(const char* name, const void* base, const flashms
   std::memset(&map, 0, sizeof(map));
   const int64_t extent = args.is_paged ? args.num_pages : args.total_k;
   if (extent == 0) return map;  // no block can be selected: the map is never used
+  const bool nvfp4 = args.kv_dtype == FLASHMSA_DTYPE_NVFP4;
   const bool fp8 = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3;
-  const int64_t bytes = fp8 ? 1 : 2;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(args.head_dim),
+  const bool bytes_elements = fp8 || nvfp4;
+  const int64_t bytes = bytes_elements ? 1 : 2;
+  const int64_t row_elements = nvfp4 ? args.head_dim / 2 : args.head_dim;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(row_elements),
                               static_cast<cuuint64_t>(args.is_paged ? 128 : args.total_k),
                               static_cast<cuuint64_t>(args.num_kv_heads),
                               static_cast<cuuint64_t>(args.num_pages)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(stride_token * bytes),
                                  static_cast<cuuint64_t>(stride_head * bytes),
                                  static_cast<cuuint64_t>(stride_page * bytes)};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(fp8 ? sm90::kHeadDim : sm90::kPanelElems),
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(nvfp4 ? sm90::kNvfp4RowBytes
+                                                   : fp8 ? sm90::kHeadDim
+                                                         : sm90::kPanelElems),
                              sm90::kBlockKeys, 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+  const CUtensorMapDataType type = bytes_elements ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : args.q_dtype == FLASHMSA_DTYPE_BF16
                                        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUresult status = tensor_map_encoder()(
       &map, type, args.is_paged ? 4 : 3, const_cast<void*>(base), dims, strides, box,
-      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      nvfp4 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
       promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS) {
     throw Error(FLASHMSA_ERROR_CUDA, std::string("cuTensorMapEncodeTiled failed for ") + name +
@@ -258,6 +265,15 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
   p.v_token_scale = args.v_token_scale;
   p.v_token_scale_stride_head = args.v_token_scale_stride_head;
   p.v_token_scale_slots = args.v_token_scale_slots;
+  if (args.kv_dtype == FLASHMSA_DTYPE_NVFP4) {
+    p.k_block_scale = args.k_scale;
+    p.v_block_scale = args.v_scale;
+    p.nvfp4_page_local = args.nvfp4_scale_layout == FLASHMSA_NVFP4_SCALES_PAGE_LOCAL;
+    p.k_block_scale_stride_page = args.k_scale_stride_page;
+    p.k_block_scale_stride_head = args.k_scale_stride_head;
+    p.v_block_scale_stride_page = args.v_scale_stride_page;
+    p.v_block_scale_stride_head = args.v_scale_stride_head;
+  }
   p.lse_temperature = args.lse_temperature_scale;
   if (plan.merges_in_workspace()) {
     uint8_t* workspace = static_cast<uint8_t*>(args.workspace);
@@ -276,10 +292,13 @@ cudaError_t with_kernel_types(const flashmsa_args& args, Launch launch) {
   using Fp8 = std::integral_constant<KvFormat, KvFormat::kFp8>;
   using Fp8TokenScaled = std::integral_constant<KvFormat, KvFormat::kFp8TokenScaled>;
   using Native = std::integral_constant<KvFormat, KvFormat::kNative>;
+  using Nvfp4 = std::integral_constant<KvFormat, KvFormat::kNvfp4>;
   const bool fp8 = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3;
+  const bool nvfp4 = args.kv_dtype == FLASHMSA_DTYPE_NVFP4;
   const bool token_scaled = fp8 && (args.k_token_scale != nullptr ||
                                     args.v_token_scale != nullptr);
   auto with_format = [&](auto element) {
+    if (nvfp4) return launch(element, Nvfp4{});
     if (token_scaled) return launch(element, Fp8TokenScaled{});
     return fp8 ? launch(element, Fp8{}) : launch(element, Native{});
   };
@@ -292,21 +311,21 @@ cudaError_t with_kernel_types(const flashmsa_args& args, Launch launch) {
 bool sm90_compiled() { return true; }
 
 sm90::LaunchPlan plan_sm90(const flashmsa_args& args, const flashmsa_tuning& tuning) {
-  if (args.kv_dtype == FLASHMSA_DTYPE_NVFP4) {
-    fail_not_supported("k/v: NVFP4 K/V run on the CPU backend only in this release; the CUDA "
-                       "kernels take K/V of q's dtype (bf16 or fp16) or float8_e4m3fn");
-  }
   DeviceScope device_scope(args.device_index);
   require_hopper(args.device_index);
   require_aligned("q", args.q, {args.q_stride_token, args.q_stride_head}, 2, 16);
   require_aligned("out", args.out, {args.out_stride_token, args.out_stride_head}, 2, 16);
-  const int kv_bytes = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 ? 1 : 2;
+  const int kv_bytes = args.kv_dtype == args.q_dtype ? 2 : 1;  // fp8 and NVFP4: byte elements
   const int64_t kv_page_stride_k = args.is_paged ? args.k_stride_page : 0;
   const int64_t kv_page_stride_v = args.is_paged ? args.v_stride_page : 0;
   require_aligned("k", args.k, {kv_page_stride_k, args.k_stride_head, args.k_stride_token},
                   kv_bytes, 16);
   require_aligned("v", args.v, {kv_page_stride_v, args.v_stride_head, args.v_stride_token},
                   kv_bytes, 16);
+  if (args.kv_dtype == FLASHMSA_DTYPE_NVFP4) {  // their lanes load two scale bytes at a time
+    require_aligned("k_scale", args.k_scale, {}, 1, 2);
+    require_aligned("v_scale", args.v_scale, {}, 1, 2);
+  }
   return sm90::plan_launch(args, device_properties(args.device_index), tuning);
 }
 

@@ -79,8 +79,10 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
                             !plan.token_warps &&
                             (args.k_token_scale != nullptr || args.v_token_scale != nullptr);
   const uint32_t scale_bytes = token_scales ? 2 * kStagedScaleFloats * sizeof(float) : 0;
-  // The token-warp kernel reads fp8 stages where they land: compact slots of one box.
-  const uint32_t slot_bytes = plan.token_warps ? kFp8TileBytes : kKvTileBytes;
+  // The token-warp kernel reads fp8 and NVFP4 stages where they land: compact slots of one box.
+  const uint32_t box_bytes =
+      args.kv_dtype == FLASHMSA_DTYPE_NVFP4 ? kNvfp4TileBytes : kFp8TileBytes;
+  const uint32_t slot_bytes = plan.token_warps ? box_bytes : kKvTileBytes;
   const uint32_t stage_bytes = 2 * slot_bytes + scale_bytes;
   // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
   const uint32_t budget = plan.ctas_per_sm == 1 ? kSharedMemoryLimit : kTwoCtasPerSmSharedBytes;
@@ -170,8 +172,12 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   c.decode_kernel = takes_one_token_kernel(decode_shape, args.total_q, args.batch_size,
                                            args.num_kv_heads, sms,
                                            tuned(tuning.decode_kernel, 1, 0, 2));
-  const bool one_consumer = args.total_q <= args.batch_size * rows_tokens || c.decode_kernel ||
-                            tuned(tuning.one_consumer, 0, 0, 1) == 1;
+  // NVFP4 K/V run only the decode kernel and the two-consumer kernel's token warps (the wgmma
+  // consumers have no NVFP4 form), so the one-consumer shape only as the decode kernel.
+  const bool nvfp4 = args.kv_dtype == FLASHMSA_DTYPE_NVFP4;
+  const bool one_consumer =
+      c.decode_kernel || (!nvfp4 && (args.total_q <= args.batch_size * rows_tokens ||
+                                     tuned(tuning.one_consumer, 0, 0, 1) == 1));
   c.num_consumer_warpgroups = one_consumer ? 1 : 2;
   c.ctas_per_sm = one_consumer ? 2 : 1;
   c.tokens_per_warpgroup =
@@ -335,8 +341,8 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   // a flat call would then take another kernel than the same call paged (other bits); so every
   // such call takes token warps.
   c.token_warps = c.num_consumer_warpgroups == 2 && !c.decode_kernel &&
-                  args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 &&
-                  tuned(tuning.token_warps, 1, 0, 1) == 1;
+                  (nvfp4 || (args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 &&
+                             tuned(tuning.token_warps, 1, 0, 1) == 1));
   c.smem = smem_layout(args, c, tuning);
   // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).
   if (c.smem.num_stages < (c.num_consumer_warpgroups == 2 ? 2 : 1)) {

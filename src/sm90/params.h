@@ -113,6 +113,15 @@ struct AttentionParams {
   int64_t k_token_scale_stride_head, k_token_scale_slots;
   const float* v_token_scale;
   int64_t v_token_scale_stride_head, v_token_scale_slots;
+  // NVFP4 block scales (nvfp4_convert.cuh): E4M3 bytes, swizzled 128x4 tables (rows
+  // token * Hkv + head flat, (page * Hkv + head) * 128 + t paged) or, with nvfp4_page_local,
+  // one plane per (page, KV head) at these byte strides. Keys past a request's end read no
+  // scale (they convert with scale 0).
+  const uint8_t* k_block_scale;
+  const uint8_t* v_block_scale;
+  int32_t nvfp4_page_local;
+  int64_t k_block_scale_stride_page, k_block_scale_stride_head;
+  int64_t v_block_scale_stride_page, v_block_scale_stride_head;
 };
 
 // The call's score scale (log2 units) and output scale, with the device-resident global scales

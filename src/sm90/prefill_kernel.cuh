@@ -79,16 +79,19 @@ __device__ __forceinline__ TilePlan prepare_tile(const AttentionParams& params, 
 }
 
 // kKv: how K and V are stored (kernel_traits.h); the consumers rewrite converted formats'
-// stages (kv_convert.cuh). kTokenWarps: the two-consumer fp8 kernel whose warps each compute
-// their own rows' blocks, converting in registers (token_warp_consumer.cuh), on compact rings.
+// stages (kv_convert.cuh). kTokenWarps: the two-consumer fp8 or NVFP4 kernel whose warps each
+// compute their own rows' blocks, converting in registers (token_warp_consumer.cuh), on compact
+// rings.
 template <typename Element, bool kTemperatureLse, int kConsumers,
           KvFormat kKv = KvFormat::kNative, bool kTokenWarps = false>
 __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
                                   RoleConfig<kConsumers>::kCtasPerSm)
     prefill_kernel(const __grid_constant__ AttentionParams params) {
   using Roles = RoleConfig<kConsumers, kKv>;
-  static_assert(!kTokenWarps || (kConsumers == 2 && is_fp8(kKv)),
-                "the token-warp consumer takes two consumer warpgroups and fp8 K/V");
+  static_assert(!kTokenWarps || (kConsumers == 2 && is_converted(kKv)),
+                "the token-warp consumer takes two consumer warpgroups and fp8 or NVFP4 K/V");
+  static_assert(!is_nvfp4(kKv) || kTokenWarps,
+                "NVFP4 K/V run the token-warp consumer (the wgmma consumers have no NVFP4 form)");
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
   const CtaWork work = cta_work(params);
@@ -128,11 +131,9 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     if (kConsumers == 1 && runs_one_token_consumer(params, plan)) {
       consume_one_token<Element, kTemperatureLse, kKv>(params, smem, plan, work.kv_head,
                                                   work.head_chunk);
-    } else if (kTokenWarps) {
-      if constexpr (kTokenWarps) {
-        consume_token_warps<Element, kTemperatureLse, kKv>(params, smem, plan, work.kv_head,
-                                                           work.head_chunk);
-      }
+    } else if constexpr (kTokenWarps) {
+      consume_token_warps<Element, kTemperatureLse, kKv>(params, smem, plan, work.kv_head,
+                                                         work.head_chunk);
     } else {
       consume<Element, kTemperatureLse, kConsumers, kKv>(params, smem, plan, work.kv_head,
                                                     work.head_chunk);

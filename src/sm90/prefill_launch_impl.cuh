@@ -27,19 +27,24 @@ int max_active_one_consumer_clusters_of(uint32_t shared_bytes, int cluster_size)
 template <typename Element, KvFormat kKv>
 cudaError_t launch_prefill(const AttentionParams& params, dim3 grid, bool temperature_lse,
                            bool token_warps, cudaStream_t stream) {
-  if constexpr (is_fp8(kKv)) {
+  if constexpr (is_converted(kKv)) {
     if (token_warps) {
       return temperature_lse
                  ? launch_prefill_variant<Element, kKv, true, 2, true>(params, grid, stream)
                  : launch_prefill_variant<Element, kKv, false, 2, true>(params, grid, stream);
     }
   }
-  if (params.num_consumer_warpgroups == 1) {
-    return temperature_lse ? launch_prefill_variant<Element, kKv, true, 1>(params, grid, stream)
-                           : launch_prefill_variant<Element, kKv, false, 1>(params, grid, stream);
+  if constexpr (is_nvfp4(kKv)) {
+    return cudaErrorNotSupported;  // the launch plan gives NVFP4 prefill token warps always
+  } else {
+    if (params.num_consumer_warpgroups == 1) {
+      return temperature_lse
+                 ? launch_prefill_variant<Element, kKv, true, 1>(params, grid, stream)
+                 : launch_prefill_variant<Element, kKv, false, 1>(params, grid, stream);
+    }
+    return temperature_lse ? launch_prefill_variant<Element, kKv, true, 2>(params, grid, stream)
+                           : launch_prefill_variant<Element, kKv, false, 2>(params, grid, stream);
   }
-  return temperature_lse ? launch_prefill_variant<Element, kKv, true, 2>(params, grid, stream)
-                         : launch_prefill_variant<Element, kKv, false, 2>(params, grid, stream);
 }
 
 }  // namespace flashmsa::sm90

@@ -60,14 +60,13 @@ __device__ __forceinline__ void load_block(const CUtensorMap* map, uint64_t* bar
   }
 }
 
-// One fp8 block of K or V: its 128-byte rows as one box into the stage's upper half, where the
-// consumers rewrite it (kv_convert.cuh), or into a compact stage (kCompact), where they read it.
-// Maps as load_block's, of one-byte elements.
-template <bool kCompact = false>
-__device__ __forceinline__ void load_fp8_block(const CUtensorMap* map, uint64_t* barrier,
-                                               uint8_t* stage, bool is_paged, int32_t coord,
-                                               int32_t kv_head, uint64_t cache_hint) {
-  uint8_t* destination = kCompact ? stage : stage + kKvPanelBytes;
+// One fp8 or NVFP4 block of K or V: its rows (128 or 64 bytes) as one box, to `destination`:
+// the stage's upper half or last quarter, where the consumers rewrite or read it, or a compact
+// stage (landing_offset, kernel_traits.h). Maps as load_block's, of one-byte elements.
+__device__ __forceinline__ void load_byte_block(const CUtensorMap* map, uint64_t* barrier,
+                                                uint8_t* destination, bool is_paged,
+                                                int32_t coord, int32_t kv_head,
+                                                uint64_t cache_hint) {
   if (is_paged) {
     cute::SM90_TMA_LOAD_4D::copy(map, barrier, cache_hint, destination, 0, 0, kv_head, coord);
   } else {
@@ -80,10 +79,10 @@ template <KvFormat kKv = KvFormat::kNative, bool kCompact = false>
 __device__ __forceinline__ void load_operand(const AttentionParams& p, const CUtensorMap* map,
                                              uint64_t* barrier, uint8_t* destination,
                                              int32_t coord, int32_t kv_head) {
-  if constexpr (is_fp8(kKv)) {
-    mbarrier_arrive_expect_tx(barrier, kFp8TileBytes);
-    load_fp8_block<kCompact>(map, barrier, destination, p.is_paged, coord, kv_head,
-                             p.kv_cache_hint);
+  if constexpr (is_converted(kKv)) {
+    mbarrier_arrive_expect_tx(barrier, landed_tile_bytes(kKv));
+    load_byte_block(map, barrier, kCompact ? destination : destination + landing_offset(kKv),
+                    p.is_paged, coord, kv_head, p.kv_cache_hint);
   } else {
     mbarrier_arrive_expect_tx(barrier, kStageTxBytes);
     load_block(map, barrier, destination, p.is_paged, coord, kv_head, p.kv_cache_hint);
@@ -126,7 +125,7 @@ __device__ __forceinline__ void wait_for_speculative_load(const Smem& smem) {
 // block is loaded again. kMayPace (the two-consumer kernel): with p.pacing_slack > 0 the pacer
 // may exempt the CTA from the throttle (pacing.cuh); the one-token decode kernel compiles none
 // of it. kKv: the K/V format (its box and bytes); the launch plan gives converted formats
-// neither speculation nor pacing. kCompact: fp8 rings of 16 KiB stages (the token-warp kernel).
+// neither speculation nor pacing. kCompact: rings of one box a stage (the token-warp kernel).
 template <bool kMayPace = false, KvFormat kKv = KvFormat::kNative, bool kCompact = false>
 __device__ inline void produce(const AttentionParams& p, const Smem& smem, const TilePlan& plan,
                                int kv_head, const SpeculativeLoad& speculative) {
@@ -138,8 +137,10 @@ __device__ inline void produce(const AttentionParams& p, const Smem& smem, const
     uint64_t* full = value ? &header.v_full[stage] : &header.k_full[stage];
     uint64_t* empty = value ? &header.v_empty[stage] : &header.k_empty[stage];
     mbarrier_wait(empty, slot.phase ^ 1);
-    uint8_t* destination = kCompact ? (value ? smem.compact_v(stage) : smem.compact_k(stage))
-                                    : (value ? smem.v(stage) : smem.k(stage));
+    constexpr uint32_t kSlotBytes = landed_tile_bytes(kKv);
+    uint8_t* destination =
+        kCompact ? (value ? smem.compact_v(stage, kSlotBytes) : smem.compact_k(stage, kSlotBytes))
+                 : (value ? smem.v(stage) : smem.k(stage));
     load_operand<kKv, kCompact>(p, value ? &p.tma_v : &p.tma_k, full, destination, coord,
                                 kv_head);
   };

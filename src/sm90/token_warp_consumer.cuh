@@ -27,6 +27,7 @@
 #include "sm90/kernel_traits.h"
 #include "sm90/kv_convert.cuh"
 #include "sm90/mma.cuh"
+#include "sm90/nvfp4_convert.cuh"
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
 #include "sm90/ptx.cuh"
@@ -44,31 +45,6 @@ constexpr int kValueTiles = kHeadDim / 8;            // n-tiles of O: 16
 // 16-byte chunk), so tile i's column n is dim 16n + i, and a lane's accumulators cover 32
 // consecutive dims of each of its rows.
 using TokenWarpOutput = float[4 * kValueTiles];
-
-// Q's A fragments of the warp's row tile for the 8 k-steps of S, read once per tile. K-step
-// 4a + e takes lane l's dims 16 (2l + a) + 4e .. + 3 (the pairs are its k = 2l, 2l + 1 and
-// 2l + 8, 2l + 9), so that each key row's lane reads 16 consecutive fp8 bytes for four k-steps:
-// chunks 2l + a of rows g and g + 1 land in distinct banks under the 128B swizzle.
-__device__ __forceinline__ void load_token_warp_queries(const uint8_t* q_tile, int first_row,
-                                                        uint32_t (&q)[kDimSteps][4]) {
-  const int lane = threadIdx.x % 32;
-  const int g = lane / 4, l = lane % 4;
-#pragma unroll
-  for (int a = 0; a < 2; ++a) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int chunk = 2 * (2 * l + a) + e / 2, byte = (e % 2) * 8;
-      const uint2 row_g = *reinterpret_cast<const uint2*>(
-          q_tile + swizzled_chunk_offset(first_row + g, chunk, kQPanelBytes) + byte);
-      const uint2 row_g8 = *reinterpret_cast<const uint2*>(
-          q_tile + swizzled_chunk_offset(first_row + g + 8, chunk, kQPanelBytes) + byte);
-      q[4 * a + e][0] = row_g.x;
-      q[4 * a + e][1] = row_g8.x;
-      q[4 * a + e][2] = row_g.y;
-      q[4 * a + e][3] = row_g8.y;
-    }
-  }
-}
 
 // A compact stage's 128 E4M3 rows of 128 bytes, 128B-swizzled as TMA lands them: the 16 bytes
 // of chunk `chunk` of row `row`.
@@ -141,6 +117,110 @@ __device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kBlockScor
   }
 }
 
+// NVFP4 stages (kNvfp4): 128 key rows of 64 packed bytes, unswizzled (a warp's 16-byte reads
+// of eight consecutive rows, or of 8 bytes from four rows, cover whole rows).
+// S = Q K^T as token_warp_scores: lane (g, l) reads bytes 16l .. 16l + 15 of key 8j + g, dims
+// 32l .. 32l + 31, which are exactly the dims load_token_warp_queries gives k-steps 0..7 (k-step
+// e: dims 32l + 4e .. + 3); word i holds k-steps 2i and 2i + 1, scale column 2l + i / 2.
+// scales[j / 2] holds key 8j + g's scales of columns 2l, 2l + 1 (16 bits a key,
+// load_token_warp_key_scales).
+template <typename Element>
+__device__ __forceinline__ void token_warp_scores_nvfp4(const uint32_t (&q)[kDimSteps][4],
+                                                        const uint8_t* k_stage,
+                                                        const uint32_t (&scales)[8],
+                                                        float (&s)[kBlockScores]) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4, l = lane % 4;
+#pragma unroll
+  for (int i = 0; i < kBlockScores; ++i) s[i] = 0.f;
+#pragma unroll
+  for (int j = 0; j < kBlockKeys / 8; ++j) {
+    const uint4 row = *reinterpret_cast<const uint4*>(k_stage + (8 * j + g) * kNvfp4RowBytes +
+                                                      16 * l);
+    const uint32_t words[4] = {row.x, row.y, row.z, row.w};
+    const uint32_t multipliers = nvfp4_multipliers<Element>(scales[j / 2] >> (16 * (j % 2)));
+    const uint32_t column_multipliers[2] = {broadcast_half<false>(multipliers),
+                                            broadcast_half<true>(multipliers)};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t m = column_multipliers[i / 2];
+      const Nvfp4Word<Element> w = convert_nvfp4_word<Element>(words[i], m, m);
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[4 * j]), q[2 * i], w.pair[0],
+                            w.pair[1]);
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[4 * j]), q[2 * i + 1], w.pair[2],
+                            w.pair[3]);
+    }
+  }
+}
+
+// The lane's K scales for token_warp_scores_nvfp4 (0 past the request's end).
+__device__ __forceinline__ void load_token_warp_key_scales(const Nvfp4BlockScales& block,
+                                                           uint32_t (&scales)[8]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    scales[j] = key_scale_pair(block, 16 * j + lane / 4, lane % 4) |
+                key_scale_pair(block, 16 * j + 8 + lane / 4, lane % 4) << 16;
+  }
+}
+
+// O += P V as token_warp_values: k-step `step`'s B fragments of lane (g, l) are keys
+// 16 step + 2l, + 1 (b0) and 16 step + 8 + 2l, + 1 (b1) of dims 16g .. 16g + 15, 8 bytes of
+// each of the four rows (scale column g); byte j of a row pair interleaved gives tiles 2j and
+// 2j + 1 of its word. scales[step]: column g's scales of the four keys, 8 bits each
+// (load_token_warp_value_scales).
+template <typename Element>
+__device__ __forceinline__ void token_warp_values_nvfp4(const uint32_t (&p)[kBlockScores / 2],
+                                                        const uint8_t* v_stage,
+                                                        const uint32_t (&scales)[8],
+                                                        TokenWarpOutput& o) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4, l = lane % 4;
+#pragma unroll
+  for (int step = 0; step < kKeySteps; ++step) {
+    const uint32_t a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
+    uint2 rows[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int key = 16 * step + 8 * (r / 2) + 2 * l + r % 2;
+      rows[r] = *reinterpret_cast<const uint2*>(v_stage + key * kNvfp4RowBytes + 8 * g);
+    }
+    const uint32_t low_keys = nvfp4_multipliers<Element>(scales[step]);
+    const uint32_t high_keys = nvfp4_multipliers<Element>(scales[step] >> 16);
+#pragma unroll
+    for (int word = 0; word < 2; ++word) {
+      const uint32_t r0 = word ? rows[0].y : rows[0].x, r1 = word ? rows[1].y : rows[1].x;
+      const uint32_t r2 = word ? rows[2].y : rows[2].x, r3 = word ? rows[3].y : rows[3].x;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t selector = j | (4 + j) << 4;
+        uint32_t b0_even, b0_odd, b1_even, b1_odd;
+        convert_nvfp4_row_pairs<Element>(byte_permute(r0, r1, selector), low_keys, b0_even,
+                                         b0_odd);
+        convert_nvfp4_row_pairs<Element>(byte_permute(r2, r3, selector), high_keys, b1_even,
+                                         b1_odd);
+        const int tile = 8 * word + 2 * j;
+        mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[4 * tile]), a, b0_even,
+                              b1_even);
+        mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[4 * tile + 4]), a, b0_odd,
+                              b1_odd);
+      }
+    }
+  }
+}
+
+// The lane's V scales for token_warp_values_nvfp4 (0 past the request's end).
+__device__ __forceinline__ void load_token_warp_value_scales(const Nvfp4BlockScales& block,
+                                                             uint32_t (&scales)[8]) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4, l = lane % 4;
+#pragma unroll
+  for (int step = 0; step < kKeySteps; ++step) {
+    scales[step] = value_scale_key_pair(block, 16 * step + 2 * l, g) |
+                   value_scale_key_pair(block, 16 * step + 8 + 2 * l, g) << 16;
+  }
+}
+
 // Consumer warp w of warpgroup `warpgroup` (both run this, each warp on its own): rows
 // 16w .. 16w + 15 of the warpgroup's 64. Tiles of any size (a tile of at most
 // tokens_per_warpgroup tokens leaves warpgroup 1's rows empty).
@@ -164,6 +244,8 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
   load_token_warp_queries(smem.q(warpgroup), first_row, q);
   const GlobalScales scales = global_scales(p);
   constexpr bool kTokenScales = has_token_scales(kKv);
+  constexpr bool kNvfp4 = is_nvfp4(kKv);
+  constexpr uint32_t kSlotBytes = landed_tile_bytes(kKv);
   const TokenScaleRows token_scales = token_scale_rows(p, kv_head);
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
@@ -197,7 +279,8 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
     if (kTokenScales && reads) {
       load_lane_key_scales(token_scales.k, first_slot, valid_keys, k_scale);
     }
-    mbarrier_wait(&header.k_full[stage], phase);
+    // (NVFP4's block scales go out before this wait: the loop below.)
+    if (!kNvfp4 || !reads) mbarrier_wait(&header.k_full[stage], phase);
     if (!reads) {
       // Arrive on both rings in order, without reading: V's arrival waits for V(u) to land, so
       // it cannot count toward the phase of the block this stage held before.
@@ -207,10 +290,26 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
       continue;
     }
     float s[kBlockScores];
-    token_warp_scores<Element>(q, smem.compact_k(stage), s);
+    uint32_t block_scales[8];  // NVFP4: K's, then V's
+    if constexpr (kNvfp4) {
+      load_token_warp_key_scales(
+          nvfp4_block_scales(p, false, smem.union_coords()[u], kv_head, valid_keys),
+          block_scales);
+      mbarrier_wait(&header.k_full[stage], phase);
+    }
+    if constexpr (kNvfp4) {
+      token_warp_scores_nvfp4<Element>(q, smem.compact_k(stage, kSlotBytes), block_scales, s);
+    } else {
+      token_warp_scores<Element>(q, smem.compact_k(stage, kSlotBytes), s);
+    }
     release_stage(&header.k_empty[stage]);
     if constexpr (kTokenScales) {
       load_lane_key_scales(token_scales.v, first_slot, valid_keys, v_scale);
+    }
+    if constexpr (kNvfp4) {
+      load_token_warp_value_scales(
+          nvfp4_block_scales(p, true, smem.union_coords()[u], kv_head, valid_keys),
+          block_scales);
     }
     uint32_t probabilities[kBlockScores / 2];
     float correction[2];
@@ -225,7 +324,12 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
     }
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
     mbarrier_wait(&header.v_full[stage], phase);
-    token_warp_values<Element>(probabilities, smem.compact_v(stage), o);
+    if constexpr (kNvfp4) {
+      token_warp_values_nvfp4<Element>(probabilities, smem.compact_v(stage, kSlotBytes),
+                                       block_scales, o);
+    } else {
+      token_warp_values<Element>(probabilities, smem.compact_v(stage, kSlotBytes), o);
+    }
     release_stage(&header.v_empty[stage]);
   }
 

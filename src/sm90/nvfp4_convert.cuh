@@ -1,0 +1,216 @@
+// NVFP4 K/V (KvFormat::kNvfp4) converted in registers on their way into the products, and the
+// block scales the consumer lanes load for it (contract section 6).
+//
+// A value is e2m1 * scale: an E2M1 magnitude (0, 0.5, 1, 1.5, 2, 3, 4, 6) has two significant
+// bits and an E4M3 scale four, so their product is exact in bf16 and fp16 (at most six bits,
+// 2^-10 .. 2688), and the products see exactly the contract's values; q is never quantized.
+//
+// How: one byte permute looks four E2M1 magnitudes up in an 8-entry table of bytes
+// (kE2m1Bytes*: each magnitude as 0 eeee m00 with exponent bias 13, so that placed at bits
+// 4-11 of a bf16 or bits 7-14 of an fp16 it reads as the magnitude times 2^-114 or 2^-2), a
+// second permute pairs two of them with their signs, and then, as for fp8 (kv_convert.cuh:
+// e4m3_signed_pair), one multiply-shift and one mask place them, and one multiply by the pair's
+// block scales (times 2^114 or 4, kept in the multiplier) gives the exact values.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "common/nvfp4.h"
+#include "sm90/kernel_traits.h"
+#include "sm90/kv_convert.cuh"
+#include "sm90/params.h"
+
+namespace flashmsa::sm90 {
+
+// The table: E2M1 magnitude index (the nibble's low three bits) -> byte.
+constexpr uint32_t kE2m1BytesLow = 0x6C686000u;   // 0, 0.5, 1, 1.5
+constexpr uint32_t kE2m1BytesHigh = 0x7C787470u;  // 2, 3, 4, 6
+
+// Nibbles 0..3 of `nibbles` (bits 0-15; higher bits are ignored) -> their magnitudes' bytes.
+__device__ __forceinline__ uint32_t e2m1_magnitude_bytes(uint32_t nibbles) {
+  return byte_permute(kE2m1BytesLow, kE2m1BytesHigh, nibbles & 0x7777u);
+}
+
+// Two placed magnitudes with their signs, [m0, s0, m1, s1], where s0 and s1 are bytes whose bit
+// 3 (bf16) or every bit (fp16) is the value's sign, as a pair of Element times its multiplier
+// pair (each value's block scale, times 2^114 for bf16, 4 for fp16: nvfp4_multipliers). Exact.
+template <typename Element>
+__device__ __forceinline__ uint32_t nvfp4_pair(uint32_t signed_bytes, uint32_t multipliers) {
+  if constexpr (std::is_same_v<Element, __half>) {
+    const uint32_t bits = (signed_bytes * 128u) & 0xbf80bf80u;
+    const __half2 value = __hmul2(*reinterpret_cast<const __half2*>(&bits),
+                                  *reinterpret_cast<const __half2*>(&multipliers));
+    return *reinterpret_cast<const uint32_t*>(&value);
+  } else {
+    const uint32_t bits = (signed_bytes * 16u) & 0x87f087f0u;
+    const __nv_bfloat162 value = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits),
+                                         *reinterpret_cast<const __nv_bfloat162*>(&multipliers));
+    return *reinterpret_cast<const uint32_t*>(&value);
+  }
+}
+
+// Two E4M3 scale bytes (bits 0-7 and 8-15) -> the multiplier pair of nvfp4_pair, exactly (the
+// conversion of kv_convert.cuh's e4m3_signed_pair, then the factor; the NaN bytes read as
+// +-480 there too).
+template <typename Element>
+__device__ __forceinline__ uint32_t nvfp4_multipliers(uint32_t two_scales) {
+  const uint32_t signed_bytes = byte_permute(two_scales, 0u, 0x9180u);
+  if constexpr (std::is_same_v<Element, __half>) {
+    const uint32_t bits = (signed_bytes * 128u) & 0xbf80bf80u;
+    const __half2 value = __hmul2(*reinterpret_cast<const __half2*>(&bits),
+                                  __half2(__float2half(1024.f), __float2half(1024.f)));
+    return *reinterpret_cast<const uint32_t*>(&value);
+  } else {
+    const uint32_t bits = (signed_bytes * 16u) & 0x87f087f0u;
+    __nv_bfloat162 value = __hmul2(
+        *reinterpret_cast<const __nv_bfloat162*>(&bits),
+        __nv_bfloat162(__float2bfloat16(0x1p120f), __float2bfloat16(0x1p120f)));
+    value = __hmul2(value, __nv_bfloat162(__float2bfloat16(0x1p114f), __float2bfloat16(0x1p114f)));
+    return *reinterpret_cast<const uint32_t*>(&value);
+  }
+}
+
+// Both halves the low (kHigh = false) or high half of a multiplier pair.
+template <bool kHigh>
+__device__ __forceinline__ uint32_t broadcast_half(uint32_t pair) {
+  return byte_permute(pair, 0u, kHigh ? 0x3232u : 0x1010u);
+}
+
+// The eight values of one packed word (element 2i in byte i's low nibble), pairs (0, 1),
+// (2, 3), (4, 5), (6, 7) as Element pairs, elements 0-3 scaled by the low multiplier pair,
+// 4-7 by the high one (the caller's choice of scales a pair: one value's block each).
+template <typename Element>
+struct Nvfp4Word {
+  uint32_t pair[4];
+};
+
+template <typename Element>
+__device__ __forceinline__ Nvfp4Word<Element> convert_nvfp4_word(uint32_t word,
+                                                                 uint32_t low_multipliers,
+                                                                 uint32_t high_multipliers) {
+  const uint32_t low = e2m1_magnitude_bytes(word), high = e2m1_magnitude_bytes(word >> 16);
+  Nvfp4Word<Element> out;
+  if constexpr (std::is_same_v<Element, __half>) {
+    // Sign bytes (0xff or 0) of elements 0-3 and 4-7: byte i's bit 3 and bit 7 replicated.
+    const uint32_t shifted = word << 4;
+    const uint32_t signs_low = byte_permute(shifted, word, 0xd9c8u);
+    const uint32_t signs_high = byte_permute(shifted, word, 0xfbeau);
+    out.pair[0] = nvfp4_pair<Element>(byte_permute(low, signs_low, 0x5140u), low_multipliers);
+    out.pair[1] = nvfp4_pair<Element>(byte_permute(low, signs_low, 0x7362u), low_multipliers);
+    out.pair[2] = nvfp4_pair<Element>(byte_permute(high, signs_high, 0x5140u), high_multipliers);
+    out.pair[3] = nvfp4_pair<Element>(byte_permute(high, signs_high, 0x7362u), high_multipliers);
+  } else {
+    // Byte 1 is the packed byte itself (its bit 3: element 2i's sign), byte 3 its bit 7
+    // replicated (element 2i + 1's): nvfp4_pair's mask keeps only those bits.
+    out.pair[0] = nvfp4_pair<Element>(byte_permute(low, word, 0xc140u), low_multipliers);
+    out.pair[1] = nvfp4_pair<Element>(byte_permute(low, word, 0xd352u), low_multipliers);
+    out.pair[2] = nvfp4_pair<Element>(byte_permute(high, word, 0xe160u), high_multipliers);
+    out.pair[3] = nvfp4_pair<Element>(byte_permute(high, word, 0xf372u), high_multipliers);
+  }
+  return out;
+}
+
+// Two rows' values of the same four dims: `interleaved` holds byte j of row 0, byte j of row 1
+// (bits 0-15: dims 2j, 2j + 1 of each), and the result is the pairs (row 0, row 1) of dim 2j
+// (first) and of dim 2j + 1, scaled by `multipliers` (row 0's scale low, row 1's high).
+template <typename Element>
+__device__ __forceinline__ void convert_nvfp4_row_pairs(uint32_t interleaved, uint32_t multipliers,
+                                                        uint32_t& even_dim, uint32_t& odd_dim) {
+  const uint32_t magnitudes = e2m1_magnitude_bytes(interleaved);
+  if constexpr (std::is_same_v<Element, __half>) {
+    const uint32_t signs = byte_permute(interleaved << 4, interleaved, 0xd9c8u);
+    even_dim = nvfp4_pair<Element>(byte_permute(magnitudes, signs, 0x6240u), multipliers);
+    odd_dim = nvfp4_pair<Element>(byte_permute(magnitudes, signs, 0x7351u), multipliers);
+  } else {
+    even_dim = nvfp4_pair<Element>(byte_permute(magnitudes, interleaved, 0x5240u), multipliers);
+    odd_dim = nvfp4_pair<Element>(byte_permute(magnitudes, interleaved, 0xd3c1u), multipliers);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block scales: where a block's scale bytes are, in each of the contract's forms.
+// ---------------------------------------------------------------------------------------------
+
+// One operand's scales of one block: swizzled tables (paged: the block's 1 KiB tile at `base`;
+// flat: the table, rows (first_token + t) * Hkv + head) or a page-local plane at `base`.
+struct Nvfp4BlockScales {
+  const uint8_t* base;
+  int64_t first_row;  // flat swizzled: the scale row of key 0; -1 otherwise
+  int32_t row_stride;  // flat swizzled: Hkv
+  bool page_local;
+  int valid_keys;      // keys at or past it read no scale (scale 0)
+};
+
+__device__ __forceinline__ Nvfp4BlockScales nvfp4_block_scales(const AttentionParams& p,
+                                                               bool value, int32_t coord,
+                                                               int kv_head, int valid_keys) {
+  const uint8_t* table = value ? p.v_block_scale : p.k_block_scale;
+  Nvfp4BlockScales b{table, -1, p.num_kv_heads, p.nvfp4_page_local != 0, valid_keys};
+  if (b.page_local) {
+    b.base += coord * (value ? p.v_block_scale_stride_page : p.k_block_scale_stride_page) +
+              kv_head * (value ? p.v_block_scale_stride_head : p.k_block_scale_stride_head);
+  } else if (p.is_paged) {
+    b.base += nvfp4_scale_offset(nvfp4_scale_row_paged(coord, kv_head, 0, p.num_kv_heads), 0);
+  } else {
+    b.first_row = nvfp4_scale_row_flat(coord, kv_head, p.num_kv_heads);
+  }
+  return b;
+}
+
+// Byte offset of scale (key, col) within a swizzled 128-row tile.
+__device__ __forceinline__ int swizzled_tile_offset(int key, int col) {
+  return (col / 4) * 512 + (key % 32) * 16 + (key / 32) * 4 + col % 4;
+}
+
+__device__ __forceinline__ const uint8_t* swizzled_row(const Nvfp4BlockScales& b, int key) {
+  if (b.first_row < 0) return b.base + swizzled_tile_offset(key, 0);
+  const int64_t row = b.first_row + static_cast<int64_t>(key) * b.row_stride;
+  return b.base + nvfp4_scale_offset(row, 0);
+}
+
+// K's scales of columns 2c and 2c + 1 of `key` (bits 0-7 and 8-15; 0 past the request's end):
+// adjacent bytes in both of K's forms.
+__device__ __forceinline__ uint32_t key_scale_pair(const Nvfp4BlockScales& b, int key, int c) {
+  if (key >= b.valid_keys) return 0;
+  const uint8_t* address =
+      b.page_local ? b.base + nvfp4_page_local_key_scale_offset(key, 2 * c)
+                   : swizzled_row(b, key) + (c / 2) * 512 + 2 * (c % 2);
+  return __ldg(reinterpret_cast<const uint16_t*>(address));
+}
+
+// V's scale of column `col` of `key` (0 past the request's end).
+__device__ __forceinline__ uint32_t value_scale_byte(const Nvfp4BlockScales& b, int key,
+                                                  int col) {
+  if (key >= b.valid_keys) return 0;
+  const uint8_t* address = b.page_local
+                               ? b.base + nvfp4_page_local_value_scale_offset(key, col)
+                               : swizzled_row(b, key) + (col / 4) * 512 + col % 4;
+  return __ldg(address);
+}
+
+// V's scales of column `col` of keys `key` and `key` + 1 (key even), bits 0-7 and 8-15: one
+// load in the page-local form (token-quad order puts them side by side).
+__device__ __forceinline__ uint32_t value_scale_key_pair(const Nvfp4BlockScales& b, int key,
+                                                         int col) {
+  if (b.page_local && key + 1 < b.valid_keys) {
+    return __ldg(reinterpret_cast<const uint16_t*>(
+        b.base + nvfp4_page_local_value_scale_offset(key, col)));
+  }
+  return value_scale_byte(b, key, col) | value_scale_byte(b, key + 1, col) << 8;
+}
+
+// V's scales of columns `col` and `col` + 1 of `key` (col even): one load in the swizzled form.
+__device__ __forceinline__ uint32_t value_scale_col_pair(const Nvfp4BlockScales& b, int key,
+                                                         int col) {
+  if (!b.page_local && key < b.valid_keys) {
+    return __ldg(reinterpret_cast<const uint16_t*>(swizzled_row(b, key) + (col / 4) * 512 +
+                                                   col % 4));
+  }
+  return value_scale_byte(b, key, col) | value_scale_byte(b, key, col + 1) << 8;
+}
+
+}  // namespace flashmsa::sm90

@@ -1,0 +1,8 @@
+#include <cuda_fp16.h>
+
+#include "sm90/prefill_launch_impl.cuh"
+
+namespace flashmsa::sm90 {
+template cudaError_t launch_prefill<__half, KvFormat::kNvfp4>(
+    const AttentionParams&, dim3, bool, bool, cudaStream_t);
+}  // namespace flashmsa::sm90
