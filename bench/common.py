@@ -40,7 +40,10 @@ def import_flashmsa():
 # Command line
 
 
-def base_parser(description: str) -> argparse.ArgumentParser:
+def base_parser(description: str, kv_dtypes=None) -> argparse.ArgumentParser:
+    """The benchmarks' common options; kv_dtypes: the --kv-dtype choices (default KV_DTYPES,
+    those every benchmark handles; decode and prefill add nvfp4, decode also all)."""
+    kv_dtypes = KV_DTYPES if kv_dtypes is None else kv_dtypes
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--out", default="out/bench", help="directory for CSV, JSON (and PNG)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
@@ -52,11 +55,18 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--launch-overrides", default="", metavar="NAME=VALUE,...",
                    help="test-only overrides of the Hopper launch plan for every call of the run "
                         "(flashmsa.testing.FIELDS), e.g. splits=4,push=0")
-    p.add_argument("--kv-dtype", choices=KV_DTYPES, default="auto",
-                   help="K/V storage of the FlashMSA rows: auto = q's dtype (bf16); fp8 = "
-                        "float8_e4m3fn converted from the same bf16 data with a per-tensor scale "
-                        "(k_global_scale / v_global_scale). The baselines (SDPA, FlexAttention, "
-                        "the gather evaluation) run on the bf16 data either way")
+    kv_help = ("K/V storage of the FlashMSA rows: auto = q's dtype (bf16); fp8 = "
+               "float8_e4m3fn converted from the same bf16 data with a per-tensor scale "
+               "(k_global_scale / v_global_scale)")
+    if "nvfp4" in kv_dtypes:
+        kv_help += ("; nvfp4 = packed NVFP4 (uint8, D/2 bytes a row) quantized from the same "
+                    "bf16 data by flashmsa.quantize.quantize_nvfp4, with its swizzled E4M3 "
+                    "block scales (k_scale / v_scale)")
+    if "all" in kv_dtypes:
+        kv_help += "; all = bf16, fp8 and nvfp4 rows of every case in one run"
+    p.add_argument("--kv-dtype", choices=kv_dtypes, default="auto",
+                   help=kv_help + ". The baselines (SDPA, FlexAttention, the gather evaluation) "
+                        "run on the bf16 data either way")
     return p
 
 
@@ -204,20 +214,79 @@ def cu_seqlens(lengths, device) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 # K/V storage (--kv-dtype)
 
-KV_DTYPES = ("auto", "fp8")
+KV_DTYPES = ("auto", "fp8")                  # what every benchmark's --kv-dtype takes
+KV_DTYPES_NVFP4 = KV_DTYPES + ("nvfp4",)     # bench.decode and bench.prefill
 FP8 = torch.float8_e4m3fn
+NVFP4 = torch.uint8   # packed NVFP4: two E2M1 values a byte, E4M3 block scales beside (section 6)
+NVFP4_GROUP = 16      # elements sharing one block scale
 E4M3_MAX = 448.0
-DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", FP8: "fp8"}
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", FP8: "fp8", NVFP4: "nvfp4"}
 _CONVERT_ELEMENTS = 1 << 26   # elements converted at a time: float32 temporaries of 256 MiB
+# Elements quantized to NVFP4 at a time: quantize_nvfp4's temporaries (float32 groups, int64
+# codes) are some 40 bytes an element, 640 MiB here.
+_NVFP4_ELEMENTS = 1 << 24
 
 
 def kv_storage_dtype(kv_dtype: str, q_dtype: torch.dtype) -> torch.dtype:
-    """The dtype FlashMSA's K/V are stored in for --kv-dtype (auto: q's dtype)."""
-    return FP8 if kv_dtype == "fp8" else q_dtype
+    """The dtype FlashMSA's K/V are stored in for --kv-dtype (auto: q's dtype; nvfp4: uint8)."""
+    return {"fp8": FP8, "nvfp4": NVFP4}.get(kv_dtype, q_dtype)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     return DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def kv_scale_row_bytes(dtype: torch.dtype, head_dim: int = HEAD_DIM) -> int:
+    """Block-scale bytes of one key row of K (or V) of one KV head: D/16 for NVFP4 (one E4M3
+    byte per 16 elements), none for the other storages (fp8's per-tensor scale is no row's)."""
+    return head_dim // NVFP4_GROUP if dtype == NVFP4 else 0
+
+
+def kv_row_bytes(dtype: torch.dtype, head_dim: int = HEAD_DIM) -> int:
+    """Bytes read for one key row of K (or V) of one KV head in `dtype`'s storage: D elements
+    of 2 (bf16) or 1 (fp8) bytes; NVFP4 D/2 bytes of packed values plus D/16 of block scales
+    (contract section 10: the bytes of K and V the call reads)."""
+    if dtype == NVFP4:
+        return head_dim // 2 + kv_scale_row_bytes(dtype, head_dim)
+    return head_dim * torch.empty(0, dtype=dtype).element_size()
+
+
+@dataclass
+class StoredKV:
+    """FlashMSA's K and V in one storage, with the scale arguments of its calls.
+
+    scales: keyword arguments for flashmsa.msa_sparse_attention and flashmsa.reference:
+    k_global_scale / v_global_scale (fp8, per-tensor descales), k_scale / v_scale (NVFP4, the
+    swizzled block-scale tables), none for bf16."""
+    dtype: torch.dtype
+    k: torch.Tensor
+    v: torch.Tensor
+    scales: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return dtype_name(self.dtype)
+
+    def bytes(self) -> int:
+        tensors = [self.k, self.v] + [x for x in self.scales.values()
+                                      if isinstance(x, torch.Tensor)]
+        return sum(x.numel() * x.element_size() for x in tensors)
+
+
+def store_kv(k: torch.Tensor, v: torch.Tensor, dtype: torch.dtype, paged: bool) -> StoredKV:
+    """FlashMSA's K/V in `dtype` from the bf16 k, v (the same tensors for k's own dtype; fp8:
+    to_fp8; NVFP4: to_nvfp4, paged (num_pages, Hkv, 128, D) or flat (total_k, Hkv, D))."""
+    if dtype == k.dtype:
+        return StoredKV(dtype, k, v)
+    if dtype == FP8:
+        k8, k_scale = to_fp8(k)
+        v8, v_scale = to_fp8(v)
+        return StoredKV(dtype, k8, v8, dict(k_global_scale=k_scale, v_global_scale=v_scale))
+    if dtype == NVFP4:
+        k4, k_table = to_nvfp4(k, paged)
+        v4, v_table = to_nvfp4(v, paged)
+        return StoredKV(dtype, k4, v4, dict(k_scale=k_table, v_scale=v_table))
+    raise ValueError(f"no K/V storage {dtype}")
 
 
 def to_fp8(x: torch.Tensor):
@@ -234,6 +303,32 @@ def to_fp8(x: torch.Tensor):
     for s in slices:
         out[s] = (x[s].float() / scale).clamp_(-E4M3_MAX, E4M3_MAX).to(FP8)
     return out, scale
+
+
+def to_nvfp4(x: torch.Tensor, paged: bool):
+    """x -> (packed uint8 (..., D/2), swizzled E4M3 block-scale table): exactly
+    flashmsa.quantize.quantize_nvfp4(x, paged=paged), paged x (num_pages, Hkv, 128, D) or flat
+    (total_k, Hkv, D), but quantized a slice of the first dim at a time, so that a cache of many
+    GiB needs no float32 or int64 copy of itself. A slice starting at a multiple of 128 scale-table
+    rows fills its own contiguous part of the table (each 128 rows are 128 * D/16 bytes)."""
+    from flashmsa.quantize import quantize_nvfp4
+    head_dim = x.shape[-1]
+    cols = head_dim // NVFP4_GROUP
+    rows_per_item = x[0, ..., 0].numel() if x.shape[0] else 1   # paged Hkv * 128, flat Hkv
+    if x.numel() <= _NVFP4_ELEMENTS or cols % 4:
+        return quantize_nvfp4(x, paged=paged)
+    num_rows = x[..., 0].numel()
+    packed = torch.empty((*x.shape[:-1], head_dim // 2), dtype=torch.uint8, device=x.device)
+    table = torch.zeros(-(-num_rows // 128) * 128 * cols, dtype=torch.uint8, device=x.device)
+    align = 128 // math.gcd(128, rows_per_item)   # items whose rows make whole 128-row groups
+    step = max(align, _NVFP4_ELEMENTS // max(1, x[0].numel()) // align * align)
+    for start in range(0, x.shape[0], step):
+        part, part_table = quantize_nvfp4(x[start:start + step], paged=paged)
+        packed[start:start + step] = part
+        offset = start * rows_per_item * cols
+        table[offset:offset + part_table.numel()] = part_table
+        del part, part_table
+    return packed, table
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,16 +385,21 @@ def sampled_error(flashmsa, out: torch.Tensor, call: dict, count: int = 256) -> 
     evaluation of the same call: a fast wrong kernel must not land in a table unflagged.
 
     A paged call is evaluated on a few rows at a time, each group against a cache holding only
-    the pages its rows can read (paged_rows_call): evaluate_rows decodes quantized K/V (fp8) to
-    float32 whole, which for the decode benchmark's 24 GiB fp8 K would be 49 GiB, per tensor."""
+    the pages its rows can read (paged_rows_call): evaluate_rows decodes quantized K/V (fp8,
+    NVFP4) to float32 whole, which for the decode benchmark's 24 GiB fp8 K would be 49 GiB, per
+    tensor."""
     rows = torch.randperm(out.shape[0], device=out.device)[:count]
     if call.get("page_table") is None:
         ref, _, _ = flashmsa.reference.evaluate_rows(**call, rows=rows)
     else:
         k = call["k"]
         pages_per_row = call["q2k_indices"].shape[0] * call["q2k_indices"].shape[2]
-        # The group's pages as stored plus their float32 decoding, K and V.
-        page_bytes = 2 * k[0].numel() * (k.element_size() + 4)
+        # The group's pages as stored plus their float32 decoding, K and V; NVFP4 holds two
+        # elements a byte, and its decoding's temporaries (codes, per-element scales) are about
+        # twice its float32 result again.
+        elements = k[0].numel() * (2 if k.dtype == NVFP4 else 1)
+        page_bytes = 2 * (k[0].numel() * k.element_size()
+                          + 4 * elements * (3 if k.dtype == NVFP4 else 1))
         step = max(1, _REFERENCE_BYTES // (pages_per_row * page_bytes))
         ref = torch.cat([flashmsa.reference.evaluate_rows(**paged_rows_call(call, part),
                                                           rows=part)[0]
@@ -317,7 +417,9 @@ def paged_rows_call(call: dict, rows: torch.Tensor) -> dict:
     """The paged call `call` cut down for the query rows `rows`: k and v hold only the pages
     that any of the rows' q2k entries maps to (a superset of what the rows read), and the page
     table points into them, every other entry -1 (reads nothing). The rows' results are the
-    full call's: the same pages, in the same order of keys."""
+    full call's: the same pages, in the same order of keys. NVFP4 block scales (k_scale,
+    v_scale) are cut to the same pages: a swizzled table's page is Hkv * 128 whole rows, a
+    contiguous run of its bytes; page-local (4-D) scales are indexed like k."""
     k, v, table = call["k"], call["v"], call["page_table"]
     num_pages = k.shape[0]
     cu_q = call["cu_seqlens_q"].to(device=rows.device, dtype=torch.int64)
@@ -332,7 +434,21 @@ def paged_rows_call(call: dict, rows: torch.Tensor) -> dict:
     new_index[pages] = torch.arange(pages.numel(), device=k.device)
     in_range = (entries >= 0) & (entries < num_pages)
     new_table = torch.where(in_range, new_index[entries.clamp(0, num_pages - 1)], -1)
-    return {**call, "k": k[pages], "v": v[pages], "page_table": new_table.to(table.dtype)}
+    cut = {**call, "k": k[pages], "v": v[pages], "page_table": new_table.to(table.dtype)}
+    if k.dtype == NVFP4:
+        for name in ("k_scale", "v_scale"):
+            scale = call.get(name)
+            if scale is None:
+                continue
+            if scale.dim() == 4:
+                cut[name] = scale[pages]
+            else:
+                # The swizzled layout's 128-row groups are ceil(cols / 4) * 512 bytes.
+                cols = 2 * k.shape[-1] // NVFP4_GROUP
+                per_page = k.shape[1] * k.shape[2] // 128 * (-(-cols // 4) * 512)
+                flat = scale.reshape(-1)[:num_pages * per_page].view(num_pages, per_page)
+                cut[name] = flat[pages].reshape(-1)
+    return cut
 
 
 def run_checked(args, run, failures) -> None:

@@ -9,11 +9,14 @@ sum(w * useful_flops) / sum(w * time). Useful FLOPs are counted exactly from the
 (contract section 10).
 
 With --kv-dtype fp8, FlashMSA reads K/V stored as float8_e4m3fn (the bf16 data divided by a
-per-tensor scale, passed as k_global_scale / v_global_scale); the baselines run on the bf16 data,
-so the table shows fp8 FlashMSA beside the same baselines. Every row and column names its K/V
-dtype.
+per-tensor scale, passed as k_global_scale / v_global_scale); with --kv-dtype nvfp4 it reads the
+same data quantized to packed NVFP4 (flashmsa.quantize.quantize_nvfp4(k), flat: uint8
+(S_k, Hkv, D/2) and a swizzled table of E4M3 block scales, passed as k_scale / v_scale). Each
+input set is quantized once, when it is made, outside the timed region. The baselines run on the
+bf16 data, so the table shows fp8 or NVFP4 FlashMSA beside the same baselines. Every row and
+column names its K/V dtype; the useful FLOPs are the same for every K/V dtype.
 
-    python3 -m bench.prefill --out out/bench [--quick] [--device cpu] [--kv-dtype fp8]
+    python3 -m bench.prefill --out out/bench [--quick] [--device cpu] [--kv-dtype fp8|nvfp4]
 """
 from __future__ import annotations
 
@@ -55,14 +58,12 @@ class InputSet:
     k: torch.Tensor             # bf16: the baselines' K/V
     v: torch.Tensor
     out: torch.Tensor
-    k_msa: torch.Tensor         # FlashMSA's K/V: k and v themselves, or their fp8 copies
-    v_msa: torch.Tensor
-    k_scale: float | None = None   # the fp8 copies' descales
-    v_scale: float | None = None
+    msa: common.StoredKV        # FlashMSA's K/V: k and v themselves, or their fp8 / NVFP4 forms
+                                # with the call's scale arguments (msa.scales)
 
 
 def parse_args():
-    p = common.base_parser(__doc__.splitlines()[0])
+    p = common.base_parser(__doc__.splitlines()[0], kv_dtypes=common.KV_DTYPES_NVFP4)
     p.add_argument("--sizes", default=None, help="comma-separated S for the M3 cases "
                    "(default 8192,32768,131072; quick 8192,32768)")
     p.add_argument("--patterns", default=",".join(PATTERNS))
@@ -104,25 +105,23 @@ def production_cases(heads, shrink: int = 1):
 
 
 def make_sets(case: Case, n_sets: int, device: str, kv_dtype: torch.dtype = Q_DTYPE):
-    """n_sets inputs of randn / 3; with fp8 K/V, FlashMSA's are the bf16 K/V converted."""
+    """n_sets inputs of randn / 3; with fp8 or NVFP4 K/V, FlashMSA's are the bf16 K/V converted
+    or quantized (flat), once per set."""
     sets = []
     for _ in range(n_sets):
         q = randn((case.seqlen_q, case.num_qo_heads, HEAD_DIM), Q_DTYPE, device)
         k = randn((case.seqlen_k, case.num_kv_heads, HEAD_DIM), Q_DTYPE, device)
         v = randn((case.seqlen_k, case.num_kv_heads, HEAD_DIM), Q_DTYPE, device)
-        s = InputSet(q, k, v, torch.full_like(q, float("nan")), k, v)
-        if kv_dtype == common.FP8:
-            s.k_msa, s.k_scale = common.to_fp8(k)
-            s.v_msa, s.v_scale = common.to_fp8(v)
-        sets.append(s)
+        sets.append(InputSet(q, k, v, torch.full_like(q, float("nan")),
+                             common.store_kv(k, v, kv_dtype, paged=False)))
     return sets
 
 
 def set_bytes(case: Case, kv_dtype: torch.dtype = Q_DTYPE) -> int:
-    """Bytes FlashMSA touches in one set: q and out in bf16, K and V in their storage."""
-    kv_elem = torch.empty(0, dtype=kv_dtype).element_size()
-    return HEAD_DIM * (2 * 2 * case.seqlen_q * case.num_qo_heads
-                       + kv_elem * 2 * case.seqlen_k * case.num_kv_heads)
+    """Bytes FlashMSA touches in one set: q and out in bf16, K and V in their storage (NVFP4:
+    D/2 bytes a row plus D/16 of block scales)."""
+    return (2 * 2 * HEAD_DIM * case.seqlen_q * case.num_qo_heads
+            + 2 * common.kv_row_bytes(kv_dtype, HEAD_DIM) * case.seqlen_k * case.num_kv_heads)
 
 
 class Runner:
@@ -196,14 +195,14 @@ class Runner:
 
     def run_msa(self, case, sets, q2k, cu_q, cu_k, flops):
         attn = self.flashmsa.msa_sparse_attention
-        fns = [lambda s=s: attn(s.q, s.k_msa, s.v_msa, q2k, cu_q, cu_k, causal=True,
-                                k_global_scale=s.k_scale, v_global_scale=s.v_scale, out=s.out)
+        fns = [lambda s=s: attn(s.q, s.msa.k, s.msa.v, q2k, cu_q, cu_k, causal=True, out=s.out,
+                                **s.msa.scales)
                for s in sets]
         t = time_calls(fns, self.device, self.args.reps, self.args.warmup, graph=True)
         s = sets[0]
         rel = common.sampled_error(self.flashmsa, s.out, dict(
-            q=s.q, k=s.k_msa, v=s.v_msa, q2k_indices=q2k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-            causal=True, k_global_scale=s.k_scale, v_global_scale=s.v_scale))
+            q=s.q, k=s.msa.k, v=s.msa.v, q2k_indices=q2k, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+            causal=True, **s.msa.scales))
         self.row(case, "msa", flops, t, check_rel_l2=rel, note=common.check_note(rel))
 
     def run_flex(self, case, sets, q2k, cu_q, cu_k, flops):

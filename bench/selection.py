@@ -99,14 +99,17 @@ def distinct_blocks(group_of_row: torch.Tensor, sel: Selection, num_groups: int)
     return counts.view(num_kv_heads, num_groups)
 
 
-def kv_bytes(sel: Selection, batch_size: int, head_dim: int = 128, elem_bytes: int = 2) -> int:
+def kv_bytes(sel: Selection, batch_size: int, head_dim: int = 128, elem_bytes: int = 2,
+             row_bytes: int | None = None) -> int:
     """Contract section 10: K and V bytes of the distinct selected blocks per (request, KV head).
 
     A selected block counts whole (128 tokens): that is what a block load moves, and a tail
-    block is at most one of the >= 16 blocks a request reads.
+    block is at most one of the >= 16 blocks a request reads. row_bytes: bytes of one key row
+    of K (or V) of one head, when not head_dim * elem_bytes (NVFP4: D/2 + D/16 scale bytes,
+    bench.common.kv_row_bytes).
     """
     blocks = int(distinct_blocks(sel.request, sel, batch_size).sum().item())
-    return blocks * 2 * BLOCK * head_dim * elem_bytes
+    return blocks * 2 * BLOCK * (head_dim * elem_bytes if row_bytes is None else row_bytes)
 
 
 def union_stats(sel: Selection, tiles=(8, 16, 64, 128)) -> dict[int, float]:

@@ -268,6 +268,46 @@ TEST(LaunchPlan, TokenWarpsTakeTheTwoConsumerFp8KernelOnCompactRings) {
   EXPECT_FALSE(plan_launch(decode, h200(), forced).token_warps);
 }
 
+TEST(LaunchPlan, Nvfp4KvTakeTheDecodeKernelOrTokenWarpsOnly) {
+  auto nvfp4 = [](const Shape& s) {
+    flashmsa_args args = args_of(s);
+    args.kv_dtype = FLASHMSA_DTYPE_NVFP4;
+    return args;
+  };
+  // Decode batches: the decode kernel (its one-token consumer converts NVFP4), shapes as bf16.
+  const LaunchPlan decode = plan_launch(nvfp4(kDecodeBatch64), h200(), sm90::default_tuning());
+  EXPECT_TRUE(decode.decode_kernel);
+  EXPECT_FALSE(decode.token_warps);
+  EXPECT_EQ(decode.num_splits, plan_of(kDecodeBatch64).num_splits);
+  EXPECT_FALSE(decode.speculate_first_block);
+  // Prefill: token warps on compact rings of 8 KiB stages.
+  const LaunchPlan prefill = plan_launch(nvfp4(kPrefill32K), h200(), sm90::default_tuning());
+  EXPECT_TRUE(prefill.token_warps);
+  EXPECT_EQ(prefill.num_consumer_warpgroups, 2);
+  EXPECT_EQ(prefill.smem.num_stages, sm90::kMaxStages);
+  EXPECT_EQ(prefill.smem.v, prefill.smem.k + prefill.smem.num_stages * sm90::kNvfp4TileBytes);
+  EXPECT_EQ(prefill.pacing_slack, 0);
+  // Neither override reaches a wgmma consumer for NVFP4: the one-consumer shape and the union
+  // tile have no NVFP4 form, so calls that would take them (few rows a request, topk 64 decode,
+  // the overrides) take token warps.
+  flashmsa_tuning overrides = sm90::default_tuning();
+  overrides.token_warps = 0;
+  overrides.one_consumer = 1;
+  const LaunchPlan forced = plan_launch(nvfp4(kPrefill32K), h200(), overrides);
+  EXPECT_TRUE(forced.token_warps);
+  EXPECT_EQ(forced.num_consumer_warpgroups, 2);
+  const LaunchPlan wide_topk = plan_launch(nvfp4({4, 1, 64, 4, 64, 131072}), h200(),
+                                           sm90::default_tuning());
+  EXPECT_FALSE(wide_topk.decode_kernel);
+  EXPECT_TRUE(wide_topk.token_warps);
+  EXPECT_EQ(wide_topk.num_consumer_warpgroups, 2);
+  flashmsa_tuning no_decode_kernel = sm90::default_tuning();
+  no_decode_kernel.decode_kernel = 0;
+  const LaunchPlan decode_off = plan_launch(nvfp4(kDecodeBatch16), h200(), no_decode_kernel);
+  EXPECT_FALSE(decode_off.decode_kernel);
+  EXPECT_TRUE(decode_off.token_warps);
+}
+
 TEST(LaunchPlan, ShortPrefillChunksOfOneToTwoWavesSplit) {
   // The production short chunks: 171 tokens (22 tiles x 4 KV heads = 88 units) 3 splits, 347
   // tokens (176 units) 3, through the workspace; 1404 tokens (704 units) and multi-token
