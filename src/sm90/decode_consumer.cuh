@@ -538,7 +538,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
     float s[4 * kWarpScoreTiles];
     if constexpr (is_nvfp4(kKv)) {
-      warp_scores_nvfp4<Element>(q, smem.k(stage) + landing_offset(kKv), first_key,
+      warp_scores_nvfp4<Element>(q, smem.compact_k(stage, kNvfp4TileBytes), first_key,
                                  key_block_scales, s);
     } else if constexpr (is_fp8(kKv)) {
       warp_scores_fp8<Element>(smem.q(0), smem.k(stage), first_key, s);
@@ -575,13 +575,18 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     share_probabilities(exchange.probabilities, probabilities);
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
     if constexpr (is_nvfp4(kKv)) {
+      // The stage is free once the slice is in registers; the slice is rewritten into this
+      // warp's own dims of converted_v, which only it reads.
       mbarrier_wait(&header.v_full[stage], phase);
-      load_nvfp4_value_rows(smem.v(stage) + landing_offset(kKv), warp, nvfp4_slice);
-      // P of all 128 keys is in shared memory, and every warp's NVFP4 slice is in registers.
-      named_barrier_sync(kConsumerBarrier, 128);
+      load_nvfp4_value_rows(smem.compact_v(stage, kNvfp4TileBytes), warp, nvfp4_slice);
+      release_stage(&header.v_empty[stage]);
+      named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory
       FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
       FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
-      store_converted_nvfp4_value_slice<Element>(smem.v(stage), warp, nvfp4_slice);
+      store_converted_nvfp4_value_slice<Element>(smem.converted_v(), warp, nvfp4_slice);
+      warp_values<Element>(exchange.probabilities, smem_address(smem.converted_v()), first_chunk,
+                           o);
+      continue;
     } else if constexpr (is_fp8(kKv)) {
       mbarrier_wait(&header.v_full[stage], phase);
       const Fp8ValueSlice slice = load_fp8_value_slice(smem.v(stage), warp);

@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
     allow_next_grid_launch();
     FLASHMSA_MARK_BY(0, kMarkProducerReleased);
     if (threadIdx.x == 0) {
-      produce<false, kKv>(
+      produce<false, kKv, is_nvfp4(kKv)>(
           params, smem, tile_plan(header, union_size, work.split, params.splits_divisor),
           work.kv_head, SpeculativeLoad{-1, -1});
     }

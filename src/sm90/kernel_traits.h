@@ -59,9 +59,8 @@ constexpr uint32_t kFp8TileBytes = kBlockKeys * kHeadDim;  // one operand of one
 constexpr uint32_t kNvfp4RowBytes = kHeadDim / 2;
 constexpr uint32_t kNvfp4TileBytes = kBlockKeys * kNvfp4RowBytes;  // 8 KiB
 // Bytes one operand of one block lands as, and where in a full (kKvTileBytes) stage: fp8 in the
-// upper half (kv_convert.cuh says why), NVFP4 in the last quarter (the one-token consumer loads
-// its V slices into registers before any warp rewrites the stage); compact stages hold the box
-// alone, at their start.
+// upper half (kv_convert.cuh says why); compact stages (the token-warp kernel's, and every
+// NVFP4 ring) hold the box alone, at their start.
 constexpr uint32_t landed_tile_bytes(KvFormat format) {
   return is_nvfp4(format) ? kNvfp4TileBytes : is_fp8(format) ? kFp8TileBytes : kStageTxBytes;
 }
@@ -205,7 +204,9 @@ struct SmemLayout {
   uint32_t q[kMaxConsumerWarpgroups];  // equal when the warpgroups share their rows
   uint32_t k, v;                       // rings of num_stages x 32 KiB (compact: 16 KiB)
   uint32_t token_scales;               // per-token fp8 scales, num_stages x 2 x kStagedScaleFloats
-                                       // (empty: the call has none, or the decode kernel)
+                                       // (empty: the call has none, or the decode kernel); in
+                                       // the decode kernel's NVFP4 launches the converted V
+                                       // tile (Smem::converted_v), kKvTileBytes, 1024-aligned
   uint32_t received;                   // (num_splits - 1) x push_slot_bytes, push_reduce only
   uint32_t push_slot_bytes;            // push_slot_bytes(num_splits)
   int32_t push_slot_rows;              // push_slot_rows(num_splits)
@@ -251,6 +252,9 @@ struct Smem {
   __device__ __forceinline__ uint8_t* compact_v(int stage, uint32_t slot_bytes) const {
     return base + layout.v + stage * slot_bytes;
   }
+  // The one-token consumer's NVFP4 V, rewritten as q's dtype in the native layout: each warp's
+  // own head dims, rewritten block after block (decode_consumer.cuh).
+  __device__ __forceinline__ uint8_t* converted_v() const { return base + layout.token_scales; }
   // A stage's per-token scales (token_scales.cuh): K's kStagedScaleFloats, then V's.
   __device__ __forceinline__ float* token_scales(int stage) const {
     return reinterpret_cast<float*>(base + layout.token_scales) + stage * 2 * kStagedScaleFloats;
