@@ -58,6 +58,7 @@ constexpr bool has_token_scales(KvFormat format) { return format == KvFormat::kF
 constexpr uint32_t kFp8TileBytes = kBlockKeys * kHeadDim;  // one operand of one block: 16 KiB
 constexpr uint32_t kNvfp4RowBytes = kHeadDim / 2;
 constexpr uint32_t kNvfp4TileBytes = kBlockKeys * kNvfp4RowBytes;  // 8 KiB
+constexpr uint32_t kNvfp4ScaleTileBytes = kBlockKeys * kHeadDim / 16;  // a block's scales: 1 KiB
 // Bytes one operand of one block lands as, and where in a full (kKvTileBytes) stage: fp8 in the
 // upper half (kv_convert.cuh says why); compact stages (the token-warp kernel's, and every
 // NVFP4 ring) hold the box alone, at their start.
@@ -123,14 +124,14 @@ constexpr uint64_t kCacheHintEvictFirst = 0x12F0000000000000ull;
 // gave the CTA (65536 / (threads x CTAs per SM), rounded down to 8, per thread), or the
 // consumers' increase waits forever.
 // Two consumers, one CTA per SM: 168 a thread at launch; 24 + 2 * 240 = 504 (fp8: 32 + 2 * 232,
-// as its producer's loop spilled at 24).
+// as its producer's loop spilled at 24; NVFP4: 40 + 2 * 232, for the block-scale stager).
 // One consumer, two CTAs per SM: 128 at launch; 24 + 232 = 256.
 template <int kConsumers, KvFormat kKv = KvFormat::kNative>
 struct RoleConfig {
   static constexpr bool kWideProducer = kConsumers == 2 && kKv != KvFormat::kNative;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
-  static constexpr int kProducerRegisters = kWideProducer ? 32 : 24;
+  static constexpr int kProducerRegisters = is_nvfp4(kKv) ? 40 : kWideProducer ? 32 : 24;
   static constexpr int kConsumerRegisters = kConsumers == 1 ? 232 : (kWideProducer ? 232 : 240);
   static constexpr int kLaunchRegisters = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
@@ -205,8 +206,10 @@ struct SmemLayout {
   uint32_t k, v;                       // rings of num_stages x 32 KiB (compact: 16 KiB)
   uint32_t token_scales;               // per-token fp8 scales, num_stages x 2 x kStagedScaleFloats
                                        // (empty: the call has none, or the decode kernel); in
-                                       // the decode kernel's NVFP4 launches the converted V
-                                       // tile (Smem::converted_v), kKvTileBytes, 1024-aligned
+                                       // NVFP4 launches the token-warp kernel's staged block
+                                       // scales (num_stages x 2 x kNvfp4ScaleTileBytes) or the
+                                       // decode kernel's converted V tile (Smem::converted_v,
+                                       // kKvTileBytes, 1024-aligned)
   uint32_t received;                   // (num_splits - 1) x push_slot_bytes, push_reduce only
   uint32_t push_slot_bytes;            // push_slot_bytes(num_splits)
   int32_t push_slot_rows;              // push_slot_rows(num_splits)
@@ -255,6 +258,11 @@ struct Smem {
   // The one-token consumer's NVFP4 V, rewritten as q's dtype in the native layout: each warp's
   // own head dims, rewritten block after block (decode_consumer.cuh).
   __device__ __forceinline__ uint8_t* converted_v() const { return base + layout.token_scales; }
+  // A stage's NVFP4 block scales as the token-warp kernel stages them (nvfp4_convert.cuh:
+  // stage_block_scales): K's kNvfp4ScaleTileBytes, then V's.
+  __device__ __forceinline__ uint8_t* staged_block_scales(int stage, bool value) const {
+    return base + layout.token_scales + (2 * stage + (value ? 1 : 0)) * kNvfp4ScaleTileBytes;
+  }
   // A stage's per-token scales (token_scales.cuh): K's kStagedScaleFloats, then V's.
   __device__ __forceinline__ float* token_scales(int stage) const {
     return reinterpret_cast<float*>(base + layout.token_scales) + stage * 2 * kStagedScaleFloats;

@@ -78,7 +78,11 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   const bool token_scales = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 && !plan.decode_kernel &&
                             !plan.token_warps &&
                             (args.k_token_scale != nullptr || args.v_token_scale != nullptr);
-  const uint32_t scale_bytes = token_scales ? 2 * kStagedScaleFloats * sizeof(float) : 0;
+  // NVFP4's block scales, staged beside the block by the token-warp kernel's producer warpgroup.
+  const bool staged_block_scales = plan.token_warps && args.kv_dtype == FLASHMSA_DTYPE_NVFP4;
+  const uint32_t scale_bytes = token_scales          ? 2 * kStagedScaleFloats * sizeof(float)
+                               : staged_block_scales ? 2 * kNvfp4ScaleTileBytes
+                                                     : 0;
   // The token-warp kernel reads fp8 and NVFP4 stages where they land: compact slots of one box.
   // So does the decode kernel's NVFP4 consumer, which rewrites V into one tile of q's dtype of
   // its own (Smem::converted_v, where token_scales point): the rings then hold four blocks in the bytes of one.

@@ -92,13 +92,16 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
                 "the token-warp consumer takes two consumer warpgroups and fp8 or NVFP4 K/V");
   static_assert(!is_nvfp4(kKv) || kTokenWarps,
                 "NVFP4 K/V run the token-warp consumer (the wgmma consumers have no NVFP4 form)");
+  // NVFP4 token warps: the producer warpgroup's warp 1 stages each block's scales beside it.
+  constexpr bool kStagesBlockScales = kTokenWarps && is_nvfp4(kKv);
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
   const CtaWork work = cta_work(params);
 
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
-    init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true);
+    init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true,
+                  kStagesBlockScales ? 1 + 32 : 1);
     smem.header().pacing_progress = 0;
     smem.header().pacing_boost = 0;
   } else if (threadIdx.x == 32) {
@@ -123,6 +126,8 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     registers_decrease<Roles::kProducerRegisters>();
     if (threadIdx.x == 0) {
       produce<kConsumers == 2, kKv, kTokenWarps>(params, smem, plan, work.kv_head, speculative);
+    } else if (kStagesBlockScales && threadIdx.x / 32 == 1) {
+      if constexpr (kStagesBlockScales) stage_block_scales(params, smem, plan, work.kv_head);
     } else if (kConsumers == 2 && threadIdx.x == 32 && params.pacing_slack > 0) {
       pace(params, smem.header(), plan.slice_end - plan.slice_begin);
     }

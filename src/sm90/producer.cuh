@@ -22,14 +22,15 @@ __device__ __forceinline__ Smem aligned_smem(uint8_t* raw, const SmemLayout& lay
 }
 
 // Thread 0 at kernel entry: the K and V rings' barriers (full: the producer's arrive plus the
-// TMA bytes; empty: every consumer thread's arrive), the speculative load's (kernels that
+// TMA bytes, and the block-scale stager's 32 arrives in NVFP4 token-warp launches; empty: every consumer thread's arrive), the speculative load's (kernels that
 // speculate) and the push reduction's receive barrier (its owner's own arrive plus the pushed
 // bytes), then the fence that publishes them to the cluster. No speculative load yet.
 __device__ __forceinline__ void init_barriers(SmemHeader& header, int num_stages,
-                                              uint32_t consumer_threads, bool speculates) {
+                                              uint32_t consumer_threads, bool speculates,
+                                              uint32_t full_arrivals = 1) {
   for (int stage = 0; stage < num_stages; ++stage) {
-    mbarrier_init(&header.k_full[stage], 1);
-    mbarrier_init(&header.v_full[stage], 1);
+    mbarrier_init(&header.k_full[stage], full_arrivals);
+    mbarrier_init(&header.v_full[stage], full_arrivals);
     mbarrier_init(&header.k_empty[stage], consumer_threads);
     mbarrier_init(&header.v_empty[stage], consumer_threads);
   }

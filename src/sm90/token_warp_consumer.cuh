@@ -118,16 +118,16 @@ __device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kBlockScor
 }
 
 // NVFP4 stages (kNvfp4): 128 key rows of 64 packed bytes, unswizzled (a warp's 16-byte reads
-// of eight consecutive rows, or of 8 bytes from four rows, cover whole rows).
+// of eight consecutive rows, or of 8 bytes from four rows, cover whole rows), and the block's
+// scales staged beside them (stage_block_scales: K linear, V in token-quad order).
 // S = Q K^T as token_warp_scores: lane (g, l) reads bytes 16l .. 16l + 15 of key 8j + g, dims
 // 32l .. 32l + 31, which are exactly the dims load_token_warp_queries gives k-steps 0..7 (k-step
-// e: dims 32l + 4e .. + 3); word i holds k-steps 2i and 2i + 1, scale column 2l + i / 2.
-// scales[j / 2] holds key 8j + g's scales of columns 2l, 2l + 1 (16 bits a key,
-// load_token_warp_key_scales).
+// e: dims 32l + 4e .. + 3); word i holds k-steps 2i and 2i + 1, scale column 2l + i / 2 (the
+// key's columns 2l, 2l + 1: one 16-bit read).
 template <typename Element>
 __device__ __forceinline__ void token_warp_scores_nvfp4(const uint32_t (&q)[kDimSteps][4],
                                                         const uint8_t* k_stage,
-                                                        const uint32_t (&scales)[8],
+                                                        const uint8_t* k_scales,
                                                         float (&s)[kBlockScores]) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, l = lane % 4;
@@ -135,10 +135,11 @@ __device__ __forceinline__ void token_warp_scores_nvfp4(const uint32_t (&q)[kDim
   for (int i = 0; i < kBlockScores; ++i) s[i] = 0.f;
 #pragma unroll
   for (int j = 0; j < kBlockKeys / 8; ++j) {
-    const uint4 row = *reinterpret_cast<const uint4*>(k_stage + (8 * j + g) * kNvfp4RowBytes +
-                                                      16 * l);
+    const int key = 8 * j + g;
+    const uint4 row = *reinterpret_cast<const uint4*>(k_stage + key * kNvfp4RowBytes + 16 * l);
     const uint32_t words[4] = {row.x, row.y, row.z, row.w};
-    const uint32_t multipliers = nvfp4_multipliers<Element>(scales[j / 2] >> (16 * (j % 2)));
+    const uint32_t multipliers = nvfp4_multipliers<Element>(
+        *reinterpret_cast<const uint16_t*>(k_scales + key * kNvfp4ScaleCols + 2 * l));
     const uint32_t column_multipliers[2] = {broadcast_half<false>(multipliers),
                                             broadcast_half<true>(multipliers)};
 #pragma unroll
@@ -153,29 +154,19 @@ __device__ __forceinline__ void token_warp_scores_nvfp4(const uint32_t (&q)[kDim
   }
 }
 
-// The lane's K scales for token_warp_scores_nvfp4 (0 past the request's end).
-__device__ __forceinline__ void load_token_warp_key_scales(const Nvfp4BlockScales& block,
-                                                           uint32_t (&scales)[8]) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    scales[j] = key_scale_pair(block, 16 * j + lane / 4, lane % 4) |
-                key_scale_pair(block, 16 * j + 8 + lane / 4, lane % 4) << 16;
-  }
-}
-
 // O += P V as token_warp_values: k-step `step`'s B fragments of lane (g, l) are keys
 // 16 step + 2l, + 1 (b0) and 16 step + 8 + 2l, + 1 (b1) of dims 16g .. 16g + 15, 8 bytes of
-// each of the four rows (scale column g); byte j of a row pair interleaved gives tiles 2j and
-// 2j + 1 of its word. scales[step]: column g's scales of the four keys, 8 bits each
-// (load_token_warp_value_scales).
+// each of the four rows (scale column g of two keys: one 16-bit read each pair); byte j of a
+// row pair interleaved gives tiles 2j and 2j + 1 of its word.
 template <typename Element>
 __device__ __forceinline__ void token_warp_values_nvfp4(const uint32_t (&p)[kBlockScores / 2],
                                                         const uint8_t* v_stage,
-                                                        const uint32_t (&scales)[8],
+                                                        const uint8_t* v_scales,
                                                         TokenWarpOutput& o) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, l = lane % 4;
+  // Token-quad order: keys 2l, 2l + 1 of a 16-key step at quad l / 2, byte 4g + 2 (l % 2).
+  const uint8_t* lane_scales = v_scales + (l / 2) * 32 + 4 * g + 2 * (l % 2);
 #pragma unroll
   for (int step = 0; step < kKeySteps; ++step) {
     const uint32_t a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
@@ -185,8 +176,10 @@ __device__ __forceinline__ void token_warp_values_nvfp4(const uint32_t (&p)[kBlo
       const int key = 16 * step + 8 * (r / 2) + 2 * l + r % 2;
       rows[r] = *reinterpret_cast<const uint2*>(v_stage + key * kNvfp4RowBytes + 8 * g);
     }
-    const uint32_t low_keys = nvfp4_multipliers<Element>(scales[step]);
-    const uint32_t high_keys = nvfp4_multipliers<Element>(scales[step] >> 16);
+    const uint32_t low_keys = nvfp4_multipliers<Element>(
+        *reinterpret_cast<const uint16_t*>(lane_scales + 4 * step * 32));
+    const uint32_t high_keys = nvfp4_multipliers<Element>(
+        *reinterpret_cast<const uint16_t*>(lane_scales + (4 * step + 2) * 32));
 #pragma unroll
     for (int word = 0; word < 2; ++word) {
       const uint32_t r0 = word ? rows[0].y : rows[0].x, r1 = word ? rows[1].y : rows[1].x;
@@ -206,18 +199,6 @@ __device__ __forceinline__ void token_warp_values_nvfp4(const uint32_t (&p)[kBlo
                               b1_odd);
       }
     }
-  }
-}
-
-// The lane's V scales for token_warp_values_nvfp4 (0 past the request's end).
-__device__ __forceinline__ void load_token_warp_value_scales(const Nvfp4BlockScales& block,
-                                                             uint32_t (&scales)[8]) {
-  const int lane = threadIdx.x % 32;
-  const int g = lane / 4, l = lane % 4;
-#pragma unroll
-  for (int step = 0; step < kKeySteps; ++step) {
-    scales[step] = value_scale_key_pair(block, 16 * step + 2 * l, g) |
-                   value_scale_key_pair(block, 16 * step + 8 + 2 * l, g) << 16;
   }
 }
 
@@ -279,8 +260,7 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
     if (kTokenScales && reads) {
       load_lane_key_scales(token_scales.k, first_slot, valid_keys, k_scale);
     }
-    // (NVFP4's block scales go out before this wait: the loop below.)
-    if (!kNvfp4 || !reads) mbarrier_wait(&header.k_full[stage], phase);
+    mbarrier_wait(&header.k_full[stage], phase);
     if (!reads) {
       // Arrive on both rings in order, without reading: V's arrival waits for V(u) to land, so
       // it cannot count toward the phase of the block this stage held before.
@@ -290,26 +270,15 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
       continue;
     }
     float s[kBlockScores];
-    uint32_t block_scales[8];  // NVFP4: K's, then V's
     if constexpr (kNvfp4) {
-      load_token_warp_key_scales(
-          nvfp4_block_scales(p, false, smem.union_coords()[u], kv_head, valid_keys),
-          block_scales);
-      mbarrier_wait(&header.k_full[stage], phase);
-    }
-    if constexpr (kNvfp4) {
-      token_warp_scores_nvfp4<Element>(q, smem.compact_k(stage, kSlotBytes), block_scales, s);
+      token_warp_scores_nvfp4<Element>(q, smem.compact_k(stage, kSlotBytes),
+                                       smem.staged_block_scales(stage, false), s);
     } else {
       token_warp_scores<Element>(q, smem.compact_k(stage, kSlotBytes), s);
     }
     release_stage(&header.k_empty[stage]);
     if constexpr (kTokenScales) {
       load_lane_key_scales(token_scales.v, first_slot, valid_keys, v_scale);
-    }
-    if constexpr (kNvfp4) {
-      load_token_warp_value_scales(
-          nvfp4_block_scales(p, true, smem.union_coords()[u], kv_head, valid_keys),
-          block_scales);
     }
     uint32_t probabilities[kBlockScores / 2];
     float correction[2];
@@ -326,7 +295,7 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
     mbarrier_wait(&header.v_full[stage], phase);
     if constexpr (kNvfp4) {
       token_warp_values_nvfp4<Element>(probabilities, smem.compact_v(stage, kSlotBytes),
-                                       block_scales, o);
+                                       smem.staged_block_scales(stage, true), o);
     } else {
       token_warp_values<Element>(probabilities, smem.compact_v(stage, kSlotBytes), o);
     }

@@ -37,9 +37,9 @@ def _skip_reason():
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "kv_quant_gpu: fp8 / NVFP4 K/V on the GPU (test_gpu_fp8_kv.py; "
-        "GPU_SUPPORTED_KV in test_gpu_quantized_kv.py says which formats must run and which "
-        "must raise NotImplementedError)")
+        "markers", "kv_quant_gpu: fp8 E4M3 and NVFP4 K/V on the GPU, both run by the Hopper "
+        "kernels (test_gpu_fp8_kv.py, test_gpu_nvfp4_kv.py, and test_gpu_quantized_kv.py's one "
+        "case of each format, layout and q dtype)")
 
 
 def pytest_collection_modifyitems(config, items):
