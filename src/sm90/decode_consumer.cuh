@@ -417,37 +417,16 @@ struct Nvfp4ValueSlice {
   uint32_t scales[2];   // [r / 2]: row lane + 32 r's two scales at bits 16 (r % 2) ..
 };
 
-__device__ __forceinline__ void load_nvfp4_value_scales(const Nvfp4BlockScales& block, int warp,
-                                                        uint32_t (&scales)[2]) {
+__device__ __forceinline__ Nvfp4ValueSlice load_nvfp4_value_scales(const Nvfp4BlockScales& block,
+                                                                   int warp) {
   const int lane = threadIdx.x % 32;
+  Nvfp4ValueSlice slice;
 #pragma unroll
   for (int pair = 0; pair < 2; ++pair) {
-    scales[pair] = value_scale_col_pair(block, lane + 64 * pair, 2 * warp) |
-                   value_scale_col_pair(block, lane + 64 * pair + 32, 2 * warp) << 16;
+    slice.scales[pair] = value_scale_col_pair(block, lane + 64 * pair, 2 * warp) |
+                         value_scale_col_pair(block, lane + 64 * pair + 32, 2 * warp) << 16;
   }
-}
-
-// A warp's block scales of one union block (load_warp_key_scales, load_nvfp4_value_scales),
-// loaded a block ahead: a stage holds its block's data long before the consumer reaches it,
-// and scales loaded only then would put their round trip on every block's chain.
-struct Nvfp4WarpScales {
-  uint32_t key[2];
-  uint32_t value[2];
-};
-
-__device__ __forceinline__ Nvfp4WarpScales load_nvfp4_warp_scales(const AttentionParams& p,
-                                                                  const Smem& smem,
-                                                                  const TilePlan& plan, int u,
-                                                                  int kv_head, int warp) {
-  Nvfp4WarpScales scales{{0, 0}, {0, 0}};
-  if (u >= plan.slice_end) return scales;
-  const int32_t coord = smem.union_coords()[u];
-  const int valid_keys = plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys;
-  load_warp_key_scales(nvfp4_block_scales(p, false, coord, kv_head, valid_keys),
-                       warp * kKeysPerWarp, scales.key);
-  load_nvfp4_value_scales(nvfp4_block_scales(p, true, coord, kv_head, valid_keys), warp,
-                          scales.value);
-  return scales;
+  return slice;
 }
 
 __device__ __forceinline__ void load_nvfp4_value_rows(const uint8_t* landed, int warp,
@@ -527,10 +506,6 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   }
 
   const int num_stages = p.smem_layout.num_stages;
-  Nvfp4WarpScales next_block_scales;
-  if constexpr (is_nvfp4(kKv)) {
-    next_block_scales = load_nvfp4_warp_scales(p, smem, plan, plan.slice_begin, kv_head, warp);
-  }
   RingCursor ring;
   for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
     const int stage = ring.stage;
@@ -547,12 +522,16 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
         value_scale = load_lane_key_scale(token_scales.v, first_slot, first_key, valid_keys);
       }
     }
-    // NVFP4: this block's scales (this warp's keys' K scales, its dims' V scales), and the next
-    // block's on their way.
-    Nvfp4WarpScales block_scales;
+    // NVFP4's block scales: this warp's keys' K scales and its dims' V scales.
+    uint32_t key_block_scales[2];
+    Nvfp4ValueSlice nvfp4_slice;
     if constexpr (is_nvfp4(kKv)) {
-      block_scales = next_block_scales;
-      next_block_scales = load_nvfp4_warp_scales(p, smem, plan, u + 1, kv_head, warp);
+      const int32_t coord = smem.union_coords()[u];
+      const int valid_keys = plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys;
+      load_warp_key_scales(nvfp4_block_scales(p, false, coord, kv_head, valid_keys), first_key,
+                           key_block_scales);
+      nvfp4_slice =
+          load_nvfp4_value_scales(nvfp4_block_scales(p, true, coord, kv_head, valid_keys), warp);
     }
     mbarrier_wait(&header.k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
@@ -560,7 +539,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     float s[4 * kWarpScoreTiles];
     if constexpr (is_nvfp4(kKv)) {
       warp_scores_nvfp4<Element>(q, smem.compact_k(stage, kNvfp4TileBytes), first_key,
-                                 block_scales.key, s);
+                                 key_block_scales, s);
     } else if constexpr (is_fp8(kKv)) {
       warp_scores_fp8<Element>(smem.q(0), smem.k(stage), first_key, s);
       if (kTokenScales && token_scales.k.scales != nullptr) scale_columns_by_lanes(s, key_scale);
@@ -599,9 +578,6 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       // The stage is free once the slice is in registers; the slice is rewritten into this
       // warp's own dims of converted_v, which only it reads.
       mbarrier_wait(&header.v_full[stage], phase);
-      Nvfp4ValueSlice nvfp4_slice;
-      nvfp4_slice.scales[0] = block_scales.value[0];
-      nvfp4_slice.scales[1] = block_scales.value[1];
       load_nvfp4_value_rows(smem.compact_v(stage, kNvfp4TileBytes), warp, nvfp4_slice);
       release_stage(&header.v_empty[stage]);
       named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory

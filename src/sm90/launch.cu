@@ -322,9 +322,9 @@ sm90::LaunchPlan plan_sm90(const flashmsa_args& args, const flashmsa_tuning& tun
                   kv_bytes, 16);
   require_aligned("v", args.v, {kv_page_stride_v, args.v_stride_head, args.v_stride_token},
                   kv_bytes, 16);
-  if (args.kv_dtype == FLASHMSA_DTYPE_NVFP4) {  // their lanes load two scale bytes at a time
-    require_aligned("k_scale", args.k_scale, {}, 1, 2);
-    require_aligned("v_scale", args.v_scale, {}, 1, 2);
+  if (args.kv_dtype == FLASHMSA_DTYPE_NVFP4) {  // scale bytes move four at a time
+    require_aligned("k_scale", args.k_scale, {}, 1, 4);
+    require_aligned("v_scale", args.v_scale, {}, 1, 4);
   }
   return sm90::plan_launch(args, device_properties(args.device_index), tuning);
 }

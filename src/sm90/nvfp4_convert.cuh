@@ -221,84 +221,56 @@ __device__ __forceinline__ uint32_t value_scale_col_pair(const Nvfp4BlockScales&
 // stages them beside the block instead, a stage ahead like the data.
 // ---------------------------------------------------------------------------------------------
 
-// Four scale bytes at a 2-byte aligned address (the scale tensors need no more alignment).
-__device__ __forceinline__ uint32_t load_scale_word(const uint8_t* address) {
-  const uint16_t* halves = reinterpret_cast<const uint16_t*>(address);
-  return static_cast<uint32_t>(__ldg(halves)) | static_cast<uint32_t>(__ldg(halves + 1)) << 16;
+// One 4-byte asynchronous copy of scale bytes into shared memory, of which the first
+// `source_bytes` (0..4) are read and the rest written as zeros.
+__device__ __forceinline__ void copy_scale_word(uint8_t* destination, const uint8_t* source,
+                                                int source_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_address(destination)),
+               "l"(source), "r"(source_bytes)
+               : "memory");
 }
 
-// The eight scales of `key` (columns 0-3, 4-7) in K's forms and in V's swizzled one; 0 past
-// the request's end.
-__device__ __forceinline__ uint2 key_scale_row(const Nvfp4BlockScales& b, int key) {
-  if (key >= b.valid_keys) return make_uint2(0, 0);
-  if (b.page_local) {
-    const uint8_t* row = b.base + nvfp4_page_local_key_scale_offset(key, 0);
-    return make_uint2(load_scale_word(row), load_scale_word(row + 4));
-  }
-  const uint8_t* row = swizzled_row(b, key);
-  return make_uint2(load_scale_word(row), load_scale_word(row + 512));
+// Arrives on `barrier` once this thread's asynchronous copies so far have landed (the arrival
+// counts toward the barrier's expected count: .noinc).
+__device__ __forceinline__ void arrive_when_copied(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+                   smem_address(barrier))
+               : "memory");
 }
 
-// Words of four keys' bytes -> words of one byte position's four keys (a 4x4 byte transpose).
-__device__ __forceinline__ void transpose_bytes(const uint32_t (&rows)[4], uint32_t (&cols)[4]) {
-  const uint32_t low01 = byte_permute(rows[0], rows[1], 0x5140u);
-  const uint32_t low23 = byte_permute(rows[2], rows[3], 0x5140u);
-  const uint32_t high01 = byte_permute(rows[0], rows[1], 0x7362u);
-  const uint32_t high23 = byte_permute(rows[2], rows[3], 0x7362u);
-  cols[0] = byte_permute(low01, low23, 0x5410u);
-  cols[1] = byte_permute(low01, low23, 0x7632u);
-  cols[2] = byte_permute(high01, high23, 0x5410u);
-  cols[3] = byte_permute(high01, high23, 0x7632u);
-}
-
-// Staged order: K linear (byte key * 8 + col), V in token-quad order (byte (key / 4) * 32 +
-// col * 4 + key % 4), which is where the consumers' 16-bit reads find two columns of a key (K)
-// and one column of two keys (V) side by side. Lane l stages keys 4l .. 4l + 3, 32 bytes, in two
-// halves (columns 0-3 and 4-7 of V; keys 4l, 4l + 1 and 4l + 2, 4l + 3 of K): the producer
-// warpgroup's 32 registers hold no more.
+// Staged order: linear (byte key * 8 + col) for K and for V from the swizzled table; V from
+// page-local planes keeps their token-quad order (byte (key / 4) * 32 + col * 4 + key % 4).
+// Lane l copies keys 4l .. 4l + 3 (32 bytes) as 4-byte words, zero past the request's end.
 __device__ __forceinline__ void stage_operand_scales(const Nvfp4BlockScales& b, bool value,
                                                      uint8_t* staged) {
   const int lane = threadIdx.x % 32;
-  uint4* destination = reinterpret_cast<uint4*>(staged + 32 * lane);
-  if (value && b.page_local) {  // the plane is in staged order already
+  uint8_t* destination = staged + 32 * lane;
+  if (value && b.page_local) {  // a quad's column is one word, its keys in order
     const int valid = min(max(b.valid_keys - 4 * lane, 0), 4);
-    const uint32_t keep = valid == 4 ? 0xffffffffu : (1u << (8 * valid)) - 1;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* source = b.base + 32 * lane + 16 * half;
-      destination[half] = make_uint4(
-          load_scale_word(source) & keep, load_scale_word(source + 4) & keep,
-          load_scale_word(source + 8) & keep, load_scale_word(source + 12) & keep);
-    }
-    return;
-  }
-  if (!value) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const uint2 first = key_scale_row(b, 4 * lane + 2 * half);
-      const uint2 second = key_scale_row(b, 4 * lane + 2 * half + 1);
-      destination[half] = make_uint4(first.x, first.y, second.x, second.y);
+    for (int w = 0; w < 8; ++w) {
+      copy_scale_word(destination + 4 * w, b.base + 32 * lane + 4 * w, valid);
     }
     return;
   }
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    uint32_t rows[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint2 row = key_scale_row(b, 4 * lane + i);
-      rows[i] = half ? row.y : row.x;
-    }
-    uint32_t cols[4];
-    transpose_bytes(rows, cols);
-    destination[half] = make_uint4(cols[0], cols[1], cols[2], cols[3]);
+  for (int i = 0; i < 4; ++i) {
+    const int key = 4 * lane + i;
+    const bool valid = key < b.valid_keys;
+    const uint8_t* row = !valid        ? b.base
+                         : b.page_local ? b.base + nvfp4_page_local_key_scale_offset(key, 0)
+                                        : swizzled_row(b, key);
+    const int high = b.page_local ? 4 : 512;  // columns 4-7
+    copy_scale_word(destination + 8 * i, row, valid ? 4 : 0);
+    copy_scale_word(destination + 8 * i + 4, valid ? row + high : row, valid ? 4 : 0);
   }
 }
 
 // Warp 1 of the token-warp kernel's producer warpgroup: each union block's K and V scales into
-// its stage's staged_block_scales once the stage is free (the producer's empty barriers), then
-// every lane arrives on the stage's full barrier, which counts the producer's arrive and these
-// 32 (init_barriers).
+// its stage's staged_block_scales once the stage is free (the producer's empty barriers), by
+// asynchronous copies, as the producer's TMA loads, so that it never waits for their data;
+// each lane's copies arrive on the stage's full barrier when they land, which counts the
+// producer's arrive and these 32 (init_barriers).
 __device__ inline void stage_block_scales(const AttentionParams& p, const Smem& smem,
                                           const TilePlan& plan, int kv_head) {
   const int num_stages = p.smem_layout.num_stages;
@@ -313,7 +285,7 @@ __device__ inline void stage_block_scales(const AttentionParams& p, const Smem& 
                     ring.phase ^ 1);
       stage_operand_scales(nvfp4_block_scales(p, value, coord, kv_head, valid_keys), value,
                            smem.staged_block_scales(ring.stage, value));
-      mbarrier_arrive(value ? &header.v_full[ring.stage] : &header.k_full[ring.stage]);
+      arrive_when_copied(value ? &header.v_full[ring.stage] : &header.k_full[ring.stage]);
     }
   }
 }

@@ -119,7 +119,7 @@ __device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kBlockScor
 
 // NVFP4 stages (kNvfp4): 128 key rows of 64 packed bytes, unswizzled (a warp's 16-byte reads
 // of eight consecutive rows, or of 8 bytes from four rows, cover whole rows), and the block's
-// scales staged beside them (stage_block_scales: K linear, V in token-quad order).
+// scales staged beside them (stage_block_scales).
 // S = Q K^T as token_warp_scores: lane (g, l) reads bytes 16l .. 16l + 15 of key 8j + g, dims
 // 32l .. 32l + 31, which are exactly the dims load_token_warp_queries gives k-steps 0..7 (k-step
 // e: dims 32l + 4e .. + 3); word i holds k-steps 2i and 2i + 1, scale column 2l + i / 2 (the
@@ -156,17 +156,25 @@ __device__ __forceinline__ void token_warp_scores_nvfp4(const uint32_t (&q)[kDim
 
 // O += P V as token_warp_values: k-step `step`'s B fragments of lane (g, l) are keys
 // 16 step + 2l, + 1 (b0) and 16 step + 8 + 2l, + 1 (b1) of dims 16g .. 16g + 15, 8 bytes of
-// each of the four rows (scale column g of two keys: one 16-bit read each pair); byte j of a
-// row pair interleaved gives tiles 2j and 2j + 1 of its word.
+// each of the four rows (scale column g of two keys, staged linear or, from page-local planes,
+// in token-quad order: quad_order); byte j of a row pair interleaved gives tiles 2j and 2j + 1
+// of its word.
 template <typename Element>
 __device__ __forceinline__ void token_warp_values_nvfp4(const uint32_t (&p)[kBlockScores / 2],
                                                         const uint8_t* v_stage,
                                                         const uint8_t* v_scales,
-                                                        TokenWarpOutput& o) {
+                                                        bool quad_order, TokenWarpOutput& o) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, l = lane % 4;
-  // Token-quad order: keys 2l, 2l + 1 of a 16-key step at quad l / 2, byte 4g + 2 (l % 2).
-  const uint8_t* lane_scales = v_scales + (l / 2) * 32 + 4 * g + 2 * (l % 2);
+  // Column g of keys 2l, 2l + 1 (and 8 + 2l, 9 + 2l) of a 16-key step: side by side in
+  // token-quad order (quad l / 2, byte 4g + 2 (l % 2)), 8 bytes apart in the linear one.
+  auto key_pair_scales = [&](int key) -> uint32_t {
+    if (quad_order) {
+      return *reinterpret_cast<const uint16_t*>(v_scales + (key / 4) * 32 + 4 * g + key % 4);
+    }
+    return v_scales[key * kNvfp4ScaleCols + g] |
+           static_cast<uint32_t>(v_scales[(key + 1) * kNvfp4ScaleCols + g]) << 8;
+  };
 #pragma unroll
   for (int step = 0; step < kKeySteps; ++step) {
     const uint32_t a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
@@ -176,10 +184,9 @@ __device__ __forceinline__ void token_warp_values_nvfp4(const uint32_t (&p)[kBlo
       const int key = 16 * step + 8 * (r / 2) + 2 * l + r % 2;
       rows[r] = *reinterpret_cast<const uint2*>(v_stage + key * kNvfp4RowBytes + 8 * g);
     }
-    const uint32_t low_keys = nvfp4_multipliers<Element>(
-        *reinterpret_cast<const uint16_t*>(lane_scales + 4 * step * 32));
-    const uint32_t high_keys = nvfp4_multipliers<Element>(
-        *reinterpret_cast<const uint16_t*>(lane_scales + (4 * step + 2) * 32));
+    const uint32_t low_keys = nvfp4_multipliers<Element>(key_pair_scales(16 * step + 2 * l));
+    const uint32_t high_keys =
+        nvfp4_multipliers<Element>(key_pair_scales(16 * step + 8 + 2 * l));
 #pragma unroll
     for (int word = 0; word < 2; ++word) {
       const uint32_t r0 = word ? rows[0].y : rows[0].x, r1 = word ? rows[1].y : rows[1].x;
@@ -295,7 +302,8 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
     mbarrier_wait(&header.v_full[stage], phase);
     if constexpr (kNvfp4) {
       token_warp_values_nvfp4<Element>(probabilities, smem.compact_v(stage, kSlotBytes),
-                                       smem.staged_block_scales(stage, true), o);
+                                       smem.staged_block_scales(stage, true),
+                                       p.nvfp4_page_local != 0, o);
     } else {
       token_warp_values<Element>(probabilities, smem.compact_v(stage, kSlotBytes), o);
     }

@@ -765,14 +765,15 @@ def test_decode_one_token_group_sizes(heads, batch):
 
 
 # (tag, query rows a request, (Hq, Hkv), topk, the kernel that runs it): the decode kernel's
-# limits (group 16, topk 32, one token a request), group 1, and just past each limit.
+# limits (group 16, topk 32), group 1, and just past each limit; two tokens a request at a small
+# batch fit one CTA per SM as single rows, so the decode kernel takes them too (split_rules.h).
 ROUTES = [
     ("one-token-g16-topk1", 1, M3, 1, "decode_kernel"),
     ("one-token-g16-topk32", 1, M3, 32, "decode_kernel"),
     ("one-token-g1-topk16", 1, (4, 4), 16, "decode_kernel"),
     ("one-token-g16-topk33", 1, M3, 33, "prefill_kernel"),
     ("one-token-g17-topk16", 1, (68, 4), 16, "prefill_kernel"),
-    ("two-tokens-g16-topk16", 2, M3, 16, "prefill_kernel"),
+    ("two-tokens-g16-topk16", 2, M3, 16, "decode_kernel"),
 ]
 
 
