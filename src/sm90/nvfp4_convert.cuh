@@ -194,17 +194,6 @@ __device__ __forceinline__ uint32_t value_scale_byte(const Nvfp4BlockScales& b, 
   return __ldg(address);
 }
 
-// V's scales of column `col` of keys `key` and `key` + 1 (key even), bits 0-7 and 8-15: one
-// load in the page-local form (token-quad order puts them side by side).
-__device__ __forceinline__ uint32_t value_scale_key_pair(const Nvfp4BlockScales& b, int key,
-                                                         int col) {
-  if (b.page_local && key + 1 < b.valid_keys) {
-    return __ldg(reinterpret_cast<const uint16_t*>(
-        b.base + nvfp4_page_local_value_scale_offset(key, col)));
-  }
-  return value_scale_byte(b, key, col) | value_scale_byte(b, key + 1, col) << 8;
-}
-
 // V's scales of columns `col` and `col` + 1 of `key` (col even): one load in the swizzled form.
 __device__ __forceinline__ uint32_t value_scale_col_pair(const Nvfp4BlockScales& b, int key,
                                                          int col) {
