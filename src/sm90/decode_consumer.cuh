@@ -105,19 +105,19 @@ __device__ __forceinline__ void warp_scores(uint32_t q_tile, uint32_t k_tile, in
   }
 }
 
-// warp_scores on a stage that holds fp8 K as landed (rows of 128 E4M3 bytes in the upper half,
-// 128B-swizzled), converted in registers on the way into the products: no rewrite of the stage.
-// Each k-step of 16 dims takes them in a permuted order, the same in A and B, so the dot
-// products are those of the natural order: lane (g, l) reads one word, dims 16 step + 4l .. + 3
-// of key g of each n-tile, whose pairs (4l, 4l + 1) and (4l + 2, 4l + 3) are its B fragment's
-// k = 2l, 2l + 1 and 2l + 8, 2l + 9; its A fragment holds Q's same dims of rows g and g + 8 (two
-// 8-byte reads of the swizzled Q buffer).
+// warp_scores on fp8 K as landed (rows of 128 E4M3 bytes, 128B-swizzled: a compact stage, or
+// the upper half of a full one), converted in registers on the way into the products: no
+// rewrite of the stage. Each k-step of 16 dims takes them in a permuted order, the same in A and
+// B, so the dot products are those of the natural order: lane (g, l) reads one word, dims
+// 16 step + 4l .. + 3 of key g of each n-tile, whose pairs (4l, 4l + 1) and (4l + 2, 4l + 3) are
+// its B fragment's k = 2l, 2l + 1 and 2l + 8, 2l + 9; its A fragment holds Q's same dims of rows
+// g and g + 8 (two 8-byte reads of the swizzled Q buffer). Each pair is converted by one signed
+// byte permute and e4m3_signed_pair (kv_convert.cuh).
 template <typename Element>
-__device__ __forceinline__ void warp_scores_fp8(const uint8_t* q_tile, const uint8_t* k_stage,
+__device__ __forceinline__ void warp_scores_fp8(const uint8_t* q_tile, const uint8_t* fp8_rows,
                                                 int first_key, float (&s)[4 * kWarpScoreTiles]) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, l = lane % 4;
-  const uint8_t* fp8_rows = k_stage + kKvPanelBytes;
 #pragma unroll
   for (int i = 0; i < 4 * kWarpScoreTiles; ++i) s[i] = 0.f;
 #pragma unroll
@@ -134,8 +134,8 @@ __device__ __forceinline__ void warp_scores_fp8(const uint8_t* q_tile, const uin
       const uint32_t word = *reinterpret_cast<const uint32_t*>(
           fp8_rows + key * 128 + ((step ^ (key % 8)) * 16) + 4 * l);
       mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&s[4 * tile]), a,
-                            convert_e4m3_word_half<Element, true>(word),
-                            convert_e4m3_word_half<Element, false>(word));
+                            e4m3_signed_pair<Element>(byte_permute(word, 0u, 0x9180u)),
+                            e4m3_signed_pair<Element>(byte_permute(word, 0u, 0xb3a2u)));
     }
   }
 }
@@ -171,7 +171,7 @@ __device__ __forceinline__ void load_token_warp_queries(const uint8_t* q_tile, i
 // 32l + 4e .. + 3 of lane l), so that lane (g, l) reads bytes 16l .. 16l + 15 of each of its
 // keys (one 16-byte read for all eight k-steps; eight consecutive rows a read, conflict-free),
 // whose scale columns are 2l and 2l + 1. scales[tile / 2]: the columns' scales of key
-// first_key + 8 tile + g (16 bits a key, load_warp_key_scales).
+// first_key + 8 tile + g (16 bits a key, read_warp_key_scales).
 template <typename Element>
 __device__ __forceinline__ void warp_scores_nvfp4(const uint32_t (&q)[kDimSteps][4],
                                                   const uint8_t* k_rows, int first_key,
@@ -202,14 +202,19 @@ __device__ __forceinline__ void warp_scores_nvfp4(const uint32_t (&q)[kDimSteps]
   }
 }
 
-__device__ __forceinline__ void load_warp_key_scales(const Nvfp4BlockScales& block, int first_key,
+// This warp's keys' K scales from the block's staged copy (stage_operand_scales: byte
+// key * 8 + col): scales[pair] holds columns 2 (lane % 4) and + 1 of key
+// first_key + 16 pair + lane / 4 in bits 0-15 and of that key + 8 in bits 16-31.
+__device__ __forceinline__ void read_warp_key_scales(const uint8_t* staged, int first_key,
                                                      uint32_t (&scales)[2]) {
   const int lane = threadIdx.x % 32;
+  auto columns = [&](int key) -> uint32_t {
+    return *reinterpret_cast<const uint16_t*>(staged + key * kNvfp4ScaleCols + 2 * (lane % 4));
+  };
 #pragma unroll
   for (int pair = 0; pair < 2; ++pair) {
     const int key = first_key + 16 * pair + lane / 4;
-    scales[pair] = key_scale_pair(block, key, lane % 4) |
-                   key_scale_pair(block, key + 8, lane % 4) << 16;
+    scales[pair] = columns(key) | columns(key + 8) << 16;
   }
 }
 
@@ -282,6 +287,66 @@ __device__ __forceinline__ void warp_values(const ProbabilityFragments& fragment
       mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * pair + 4]), a, b[2], b[3]);
     }
   }
+}
+
+// O += P V on fp8 V as landed (128-byte rows, 128B-swizzled), converted in registers: warp w's
+// dims are fp8 chunks 2w and 2w + 1 of every row. A transposed ldmatrix of a chunk's 16 bytes
+// as eight 16-bit columns gives lane (g, l) keys 2l and 2l + 1 (and 2l + 8, 2l + 9 from the next
+// matrix) of the byte pair 2g, 2g + 1: one signed byte permute makes the pair of keys of byte 2g
+// (n-tile `even`) and another that of byte 2g + 1 (n-tile `odd`), so n-tile 2c + parity's column
+// n is dim 32w + 16c + 2n + parity, not WarpOutput's order (fp8_values_in_natural_order puts
+// them there at the end). Bytes past the request's end convert to finite values
+// (e4m3_signed_pair), which P's zeros there cancel: no tail to clear.
+template <typename Element>
+__device__ __forceinline__ void warp_values_fp8(const ProbabilityFragments& fragments,
+                                                uint32_t fp8_rows, int warp, WarpOutput& o) {
+  const int lane = threadIdx.x % 32;
+  const int matrix = lane / 8;
+#pragma unroll
+  for (int step = 0; step < kKeySteps; ++step) {
+    const uint4 fragment = fragments[step][lane];
+    const uint32_t a[4] = {fragment.x, fragment.y, fragment.z, fragment.w};
+    // Matrices: keys low, high of chunk 2w, then of chunk 2w + 1.
+    const int key = 16 * step + 8 * (matrix % 2) + lane % 8;
+    uint32_t b[4];
+    ldmatrix_x4_transposed(b, swizzled_chunk(fp8_rows, key, 2 * warp + matrix / 2, kKvPanelBytes));
+#pragma unroll
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      const uint32_t low = b[2 * chunk], high = b[2 * chunk + 1];
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * chunk]), a,
+                            e4m3_signed_pair<Element>(byte_permute(low, 0u, 0xa280u)),
+                            e4m3_signed_pair<Element>(byte_permute(high, 0u, 0xa280u)));
+      mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[8 * chunk + 4]), a,
+                            e4m3_signed_pair<Element>(byte_permute(low, 0u, 0xb391u)),
+                            e4m3_signed_pair<Element>(byte_permute(high, 0u, 0xb391u)));
+    }
+  }
+}
+
+// warp_values_fp8's O in WarpOutput's order (n-tile j's column n: dim 32w + 8j + n). Element
+// (j, h, c) of lane (g, l), dim 8j + 2l + c of the warp's, is element (n-tile 2 (j / 2) + c,
+// h, l % 2) of lane (g, 2 (j % 2) + l / 2); the two lanes of a source that read it want
+// different elements, so each value takes two shuffles. Once, after the loop.
+__device__ __forceinline__ void fp8_values_in_natural_order(WarpOutput& o) {
+  const int lane = threadIdx.x % 32;
+  const int l = lane % 4;
+  float natural[4 * kDimsPerWarp / 8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int source = (lane & ~3) | (2 * (j % 2) + l / 2);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int element = 4 * (2 * (j / 2) + c) + 2 * h;
+        const float even = __shfl_sync(0xffffffffu, o[element], source);
+        const float odd = __shfl_sync(0xffffffffu, o[element + 1], source);
+        natural[4 * j + 2 * h + c] = l % 2 ? odd : even;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4 * kDimsPerWarp / 8; ++i) o[i] = natural[i];
 }
 
 // V rows at or past `first_invalid_key` (past the request's end: may hold anything, NaN
@@ -357,76 +422,33 @@ __device__ __forceinline__ RowPartial gather_row_partial(const WarpOutput& o,
   return partial;
 }
 
-// fp8 K/V converted by the consumer warps themselves (both kernels' one-token consumers), each
-// warp what it alone reads:
-// - K: warp w's 32 keys, in registers on the way into the scores (warp_scores_fp8);
-// - V: warp w's 32 head dims of all 128 keys, rewritten in the stage. Those dims' converted
-//   chunks overlap other warps' fp8 chunks, so every warp first loads its fp8 slice (fp8 chunks
-//   2w, 2w + 1 of four rows a lane) into registers, and stores it converted only after the
-//   block's P barrier, which all four warps pass after their loads. Rows past the request's end
-//   are stored as zeros (0 * NaN is NaN; zero_warp_value_tail's job on converted stages).
-struct Fp8ValueSlice {
-  uint4 chunk[4][2];  // [row lane + 32 r][fp8 chunk 2w + c]
-};
-
-__device__ __forceinline__ Fp8ValueSlice load_fp8_value_slice(const uint8_t* v_stage, int warp) {
-  const int lane = threadIdx.x % 32;
-  Fp8ValueSlice slice;
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int row = lane + 32 * r;
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      slice.chunk[r][c] = *reinterpret_cast<const uint4*>(
-          v_stage + kKvPanelBytes + row * 128 + (((2 * warp + c) ^ (row % 8)) * 16));
-    }
-  }
-  return slice;
-}
-
-template <typename Element>
-__device__ __forceinline__ void store_converted_value_slice(uint8_t* v_stage, int warp,
-                                                            const Fp8ValueSlice& slice,
-                                                            int first_invalid_key) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int row = lane + 32 * r;
-    const bool valid = row < first_invalid_key;
-    uint8_t* converted_row = v_stage + (warp / 2) * kKvPanelBytes + row * 128;
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const uint4 packed = slice.chunk[r][c];
-      const int chunk = 4 * (warp % 2) + 2 * c;  // of dims 32w + 16c .. + 15 in the panel
-      const uint4 zero = make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4*>(converted_row + ((chunk ^ (row % 8)) * 16)) =
-          valid ? convert_e4m3_chunk<Element>(packed.x, packed.y) : zero;
-      *reinterpret_cast<uint4*>(converted_row + (((chunk + 1) ^ (row % 8)) * 16)) =
-          valid ? convert_e4m3_chunk<Element>(packed.z, packed.w) : zero;
-    }
-  }
-  __syncwarp();
-}
-
-// NVFP4 V the same way: warp w's 32 head dims of all 128 keys are bytes 16w .. 16w + 15 of
-// each landed row (scale columns 2w, 2w + 1), loaded into registers with their scales before
-// the block's P barrier and stored converted after it. Keys past the request's end have scale 0
-// (and finite E2M1 values), so they store zeros.
+// NVFP4 V, rewritten as q's dtype into a tile of the consumer's own (Smem::converted_v), each
+// warp its own head dims, which only it reads: warp w's 32 dims of all 128 keys are bytes
+// 16w .. 16w + 15 of each landed row (scale columns 2w, 2w + 1), read into registers with
+// their staged scales before the block's P barrier and stored converted after it. Keys past
+// the request's end have scale 0 (and finite E2M1 values), so they store zeros.
 struct Nvfp4ValueSlice {
   uint4 rows[4];        // [row lane + 32 r]
   uint32_t scales[2];   // [r / 2]: row lane + 32 r's two scales at bits 16 (r % 2) ..
 };
 
-__device__ __forceinline__ Nvfp4ValueSlice load_nvfp4_value_scales(const Nvfp4BlockScales& block,
-                                                                   int warp) {
+// The slice's V scales (columns 2w, 2w + 1 of each of its rows) from the block's staged copy:
+// linear, or from page-local planes in their token-quad order (byte (key / 4) * 32 + col * 4 +
+// key % 4: the two columns 4 bytes apart).
+__device__ __forceinline__ void read_value_slice_scales(const uint8_t* staged, bool quad_order,
+                                                        int warp, Nvfp4ValueSlice& slice) {
   const int lane = threadIdx.x % 32;
-  Nvfp4ValueSlice slice;
+  auto columns = [&](int key) -> uint32_t {
+    if (quad_order) {
+      const uint8_t* first = staged + (key / 4) * 32 + 2 * warp * 4 + key % 4;
+      return first[0] | static_cast<uint32_t>(first[4]) << 8;
+    }
+    return *reinterpret_cast<const uint16_t*>(staged + key * kNvfp4ScaleCols + 2 * warp);
+  };
 #pragma unroll
   for (int pair = 0; pair < 2; ++pair) {
-    slice.scales[pair] = value_scale_col_pair(block, lane + 64 * pair, 2 * warp) |
-                         value_scale_col_pair(block, lane + 64 * pair + 32, 2 * warp) << 16;
+    slice.scales[pair] = columns(lane + 64 * pair) | columns(lane + 64 * pair + 32) << 16;
   }
-  return slice;
 }
 
 __device__ __forceinline__ void load_nvfp4_value_rows(const uint8_t* landed, int warp,
@@ -465,9 +487,13 @@ __device__ __forceinline__ void store_converted_nvfp4_value_slice(uint8_t* v_sta
   __syncwarp();
 }
 
-// kKv: how the stages hold K and V (fp8: converted here, see above; kFp8TokenScaled: with
-// per-token scales, token_scales.cuh).
-template <typename Element, bool kTemperatureLse, KvFormat kKv = KvFormat::kNative>
+// kKv: how the stages hold K and V (fp8 and NVFP4: converted here, in registers, NVFP4's V by
+// a rewrite, see above; kFp8TokenScaled: with per-token scales, token_scales.cuh).
+// kCompactRings: converted formats land in stages of one box (the decode kernel's rings), else
+// in the upper half of a full stage (the one-consumer prefill kernel's; NVFP4 never runs
+// there).
+template <typename Element, bool kTemperatureLse, KvFormat kKv = KvFormat::kNative,
+          bool kCompactRings = false>
 __device__ inline void consume_one_token(const AttentionParams& p, const Smem& smem,
                                          const TilePlan& plan, int kv_head, int head_chunk) {
   const int thread = threadIdx.x % 128;
@@ -506,6 +532,14 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   }
 
   const int num_stages = p.smem_layout.num_stages;
+  // Where a stage's fp8 K or V rows landed.
+  auto landed_fp8 = [&](bool value, int stage) -> const uint8_t* {
+    if constexpr (kCompactRings) {
+      return value ? smem.compact_v(stage, kFp8TileBytes) : smem.compact_k(stage, kFp8TileBytes);
+    } else {
+      return (value ? smem.v(stage) : smem.k(stage)) + landing_offset(kKv);
+    }
+  };
   RingCursor ring;
   for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
     const int stage = ring.stage;
@@ -522,26 +556,18 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
         value_scale = load_lane_key_scale(token_scales.v, first_slot, first_key, valid_keys);
       }
     }
-    // NVFP4's block scales: this warp's keys' K scales and its dims' V scales.
-    uint32_t key_block_scales[2];
-    Nvfp4ValueSlice nvfp4_slice;
-    if constexpr (is_nvfp4(kKv)) {
-      const int32_t coord = smem.union_coords()[u];
-      const int valid_keys = plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys;
-      load_warp_key_scales(nvfp4_block_scales(p, false, coord, kv_head, valid_keys), first_key,
-                           key_block_scales);
-      nvfp4_slice =
-          load_nvfp4_value_scales(nvfp4_block_scales(p, true, coord, kv_head, valid_keys), warp);
-    }
     mbarrier_wait(&header.k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
     float s[4 * kWarpScoreTiles];
     if constexpr (is_nvfp4(kKv)) {
+      // The block's scales landed with it (the producer warp stages them: decode_kernel.cuh).
+      uint32_t key_block_scales[2];
+      read_warp_key_scales(smem.staged_block_scales(stage, false), first_key, key_block_scales);
       warp_scores_nvfp4<Element>(q, smem.compact_k(stage, kNvfp4TileBytes), first_key,
                                  key_block_scales, s);
     } else if constexpr (is_fp8(kKv)) {
-      warp_scores_fp8<Element>(smem.q(0), smem.k(stage), first_key, s);
+      warp_scores_fp8<Element>(smem.q(0), landed_fp8(false, stage), first_key, s);
       if (kTokenScales && token_scales.k.scales != nullptr) scale_columns_by_lanes(s, key_scale);
     } else {
       warp_scores<Element>(smem_address(smem.q(0)), smem_address(smem.k(stage)), first_key, s);
@@ -578,6 +604,9 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       // The stage is free once the slice is in registers; the slice is rewritten into this
       // warp's own dims of converted_v, which only it reads.
       mbarrier_wait(&header.v_full[stage], phase);
+      Nvfp4ValueSlice nvfp4_slice;
+      read_value_slice_scales(smem.staged_block_scales(stage, true), p.nvfp4_page_local != 0,
+                              warp, nvfp4_slice);
       load_nvfp4_value_rows(smem.compact_v(stage, kNvfp4TileBytes), warp, nvfp4_slice);
       release_stage(&header.v_empty[stage]);
       named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory
@@ -587,28 +616,21 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       warp_values<Element>(exchange.probabilities, smem_address(smem.converted_v()), first_chunk,
                            o);
       continue;
-    } else if constexpr (is_fp8(kKv)) {
-      mbarrier_wait(&header.v_full[stage], phase);
-      const Fp8ValueSlice slice = load_fp8_value_slice(smem.v(stage), warp);
-      // P of all 128 keys is in shared memory, and every warp's fp8 slice is in registers.
-      named_barrier_sync(kConsumerBarrier, 128);
-      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
-      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
-      store_converted_value_slice<Element>(smem.v(stage), warp, slice,
-                                           min(max(plan.seqlen_k - block_first_key, 0),
-                                               kBlockKeys));
+    }
+    named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory
+    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
+    mbarrier_wait(&header.v_full[stage], phase);
+    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
+    if constexpr (is_fp8(kKv)) {
+      warp_values_fp8<Element>(exchange.probabilities, smem_address(landed_fp8(true, stage)),
+                               warp, o);
     } else {
-      named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory
-      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
-
-      mbarrier_wait(&header.v_full[stage], phase);
-      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
       if (plan.seqlen_k - block_first_key < kBlockKeys) {
         zero_warp_value_tail(smem.v(stage), max(plan.seqlen_k - block_first_key, 0),
                              first_chunk);
       }
+      warp_values<Element>(exchange.probabilities, smem_address(smem.v(stage)), first_chunk, o);
     }
-    warp_values<Element>(exchange.probabilities, smem_address(smem.v(stage)), first_chunk, o);
     release_stage(&header.v_empty[stage]);
   }
   FLASHMSA_MARK(kMarkLoopDone);
@@ -625,6 +647,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   for (int h = 0; h < 2; ++h) {
     scale[h] = sum[h] > 0.f ? scales.v_global_scale * reciprocal_flush(sum[h]) : 0.f;
   }
+  if constexpr (is_fp8(kKv)) fp8_values_in_natural_order(o);
   const RowPartial partial = gather_row_partial(o, scale, lse, lse_t);
   FLASHMSA_MARK(kMarkPublished);
 

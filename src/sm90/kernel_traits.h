@@ -39,15 +39,16 @@ constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one blo
 
 // How K and V are stored. kNative: q's dtype, loaded by TMA straight into the stage in the
 // layout the consumers read. kFp8: E4M3, one byte a value: TMA lands a block's 128-byte rows
-// (one 128B-swizzled box, 16 KiB) in the upper half of the 32 KiB stage, and the consumers
-// rewrite it in place as q's dtype in the native layout before they read it (kv_convert.cuh),
-// or read it where it landed (token_warp_consumer.cuh).
+// (one 128B-swizzled box, 16 KiB) in a compact stage of its own (the token-warp and decode
+// kernels: read where they landed and converted in registers, token_warp_consumer.cuh,
+// decode_consumer.cuh) or in the upper half of a full 32 KiB stage (the union tile, which
+// rewrites it in place as q's dtype before its wgmma read it, kv_convert.cuh).
 // kFp8TokenScaled: kFp8 with per-token scales (token_scales.cuh), its own instantiation so that
 // fp8 without them runs loops with no trace of them.
-// kNvfp4: packed E2M1 pairs, 64-byte rows (one unswizzled box, 8 KiB), with one E4M3 scale per
-// 16 values that the consumers load themselves (nvfp4_convert.cuh); only the token-warp and
-// one-token consumers take it, converting in registers (and the one-token consumer's V by a
-// rewrite, as for fp8).
+// kNvfp4: packed E2M1 pairs, 64-byte rows (one unswizzled box, 8 KiB, compact stages), with one
+// E4M3 scale per 16 values that the producers stage beside the block (nvfp4_convert.cuh); only
+// the token-warp and one-token consumers take it, converting in registers (the one-token
+// consumer's V by a rewrite into a tile of its own).
 enum class KvFormat : int32_t { kNative = 0, kFp8 = 1, kFp8TokenScaled = 2, kNvfp4 = 3 };
 constexpr bool is_fp8(KvFormat format) {
   return format == KvFormat::kFp8 || format == KvFormat::kFp8TokenScaled;
@@ -206,10 +207,10 @@ struct SmemLayout {
   uint32_t k, v;                       // rings of num_stages x 32 KiB (compact: 16 KiB)
   uint32_t token_scales;               // per-token fp8 scales, num_stages x 2 x kStagedScaleFloats
                                        // (empty: the call has none, or the decode kernel); in
-                                       // NVFP4 launches the token-warp kernel's staged block
-                                       // scales (num_stages x 2 x kNvfp4ScaleTileBytes) or the
-                                       // decode kernel's converted V tile (Smem::converted_v,
-                                       // kKvTileBytes, 1024-aligned)
+                                       // NVFP4 launches the staged block scales (num_stages x
+                                       // 2 x kNvfp4ScaleTileBytes), then in the decode kernel
+                                       // its converted V tile (Smem::converted_v, kKvTileBytes,
+                                       // 1024-aligned)
   uint32_t received;                   // (num_splits - 1) x push_slot_bytes, push_reduce only
   uint32_t push_slot_bytes;            // push_slot_bytes(num_splits)
   int32_t push_slot_rows;              // push_slot_rows(num_splits)
@@ -255,11 +256,13 @@ struct Smem {
   __device__ __forceinline__ uint8_t* compact_v(int stage, uint32_t slot_bytes) const {
     return base + layout.v + stage * slot_bytes;
   }
-  // The one-token consumer's NVFP4 V, rewritten as q's dtype in the native layout: each warp's
-  // own head dims, rewritten block after block (decode_consumer.cuh).
-  __device__ __forceinline__ uint8_t* converted_v() const { return base + layout.token_scales; }
-  // A stage's NVFP4 block scales as the token-warp kernel stages them (nvfp4_convert.cuh:
-  // stage_block_scales): K's kNvfp4ScaleTileBytes, then V's.
+  // The decode kernel's NVFP4 V, rewritten as q's dtype in the native layout: each warp's own
+  // head dims, rewritten block after block (decode_consumer.cuh), past the staged scales.
+  __device__ __forceinline__ uint8_t* converted_v() const {
+    return base + layout.token_scales + layout.num_stages * 2 * kNvfp4ScaleTileBytes;
+  }
+  // A stage's NVFP4 block scales as the producers stage them (nvfp4_convert.cuh:
+  // stage_operand_scales): K's kNvfp4ScaleTileBytes, then V's.
   __device__ __forceinline__ uint8_t* staged_block_scales(int stage, bool value) const {
     return base + layout.token_scales + (2 * stage + (value ? 1 : 0)) * kNvfp4ScaleTileBytes;
   }

@@ -1,5 +1,5 @@
 // NVFP4 K/V (KvFormat::kNvfp4) converted in registers on their way into the products, and the
-// block scales the consumer lanes load for it (contract section 6).
+// block scales the producers stage beside each block for it (contract section 6).
 //
 // A value is e2m1 * scale: an E2M1 magnitude (0, 0.5, 1, 1.5, 2, 3, 4, 6) has two significant
 // bits and an E4M3 scale four, so their product is exact in bf16 and fp16 (at most six bits,
@@ -174,40 +174,11 @@ __device__ __forceinline__ const uint8_t* swizzled_row(const Nvfp4BlockScales& b
   return b.base + nvfp4_scale_offset(row, 0);
 }
 
-// K's scales of columns 2c and 2c + 1 of `key` (bits 0-7 and 8-15; 0 past the request's end):
-// adjacent bytes in both of K's forms.
-__device__ __forceinline__ uint32_t key_scale_pair(const Nvfp4BlockScales& b, int key, int c) {
-  if (key >= b.valid_keys) return 0;
-  const uint8_t* address =
-      b.page_local ? b.base + nvfp4_page_local_key_scale_offset(key, 2 * c)
-                   : swizzled_row(b, key) + (c / 2) * 512 + 2 * (c % 2);
-  return __ldg(reinterpret_cast<const uint16_t*>(address));
-}
-
-// V's scale of column `col` of `key` (0 past the request's end).
-__device__ __forceinline__ uint32_t value_scale_byte(const Nvfp4BlockScales& b, int key,
-                                                  int col) {
-  if (key >= b.valid_keys) return 0;
-  const uint8_t* address = b.page_local
-                               ? b.base + nvfp4_page_local_value_scale_offset(key, col)
-                               : swizzled_row(b, key) + (col / 4) * 512 + col % 4;
-  return __ldg(address);
-}
-
-// V's scales of columns `col` and `col` + 1 of `key` (col even): one load in the swizzled form.
-__device__ __forceinline__ uint32_t value_scale_col_pair(const Nvfp4BlockScales& b, int key,
-                                                         int col) {
-  if (!b.page_local && key < b.valid_keys) {
-    return __ldg(reinterpret_cast<const uint16_t*>(swizzled_row(b, key) + (col / 4) * 512 +
-                                                   col % 4));
-  }
-  return value_scale_byte(b, key, col) | value_scale_byte(b, key, col + 1) << 8;
-}
-
 // ---------------------------------------------------------------------------------------------
-// The token-warp kernel's staged scales: its consumer warps would each load every block's scales
-// (a round trip on each block's chain, eight times over), so the producer warpgroup's warp 1
-// stages them beside the block instead, a stage ahead like the data.
+// Staged scales: consumers loading every block's scales themselves put a round trip on each
+// block's chain (eight times over in the token-warp kernel), so the producers stage them beside
+// the block instead, a stage ahead like the data: the token-warp kernel's producer warpgroup's
+// warp 1 (stage_block_scales), the decode kernel's warp 0 (decode_kernel.cuh).
 // ---------------------------------------------------------------------------------------------
 
 // One 4-byte asynchronous copy of scale bytes into shared memory, of which the first

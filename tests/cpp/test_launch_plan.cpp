@@ -165,7 +165,7 @@ void expect_same_kernel_and_grid(const LaunchPlan& plan, const LaunchPlan& base)
 }
 
 // fp8 K/V take the same kernels and shapes as bf16, without the speculative first block (it
-// would land outside the rings' barriers) or pacing; everything else is bf16's plan.
+// would land outside the rings' barriers) or pacing; everything but the stages is bf16's plan.
 TEST(LaunchPlan, Fp8KvKeepsTheShapesWithoutSpeculationOrPacing) {
   for (const Shape& shape : {kDecodeBatch1, kDecodeBatch16, kDecodeBatch64, kMtpBatch32,
                              kPrefill32K}) {
@@ -176,9 +176,11 @@ TEST(LaunchPlan, Fp8KvKeepsTheShapesWithoutSpeculationOrPacing) {
     const LaunchPlan plan = plan_launch(fp8, h200(), sm90::default_tuning());
     SCOPED_TRACE(name(shape));
     EXPECT_FALSE(native.token_warps);
-    // The token-warp kernel's compact rings hold twice the stages (tested below).
-    if (plan.token_warps) {
+    // The token-warp kernel's compact rings hold twice the stages (tested below), and so do
+    // the decode kernel's: two 16 KiB slots where bf16's one stage of 32 KiB an operand fits.
+    if (plan.token_warps || plan.decode_kernel) {
       EXPECT_EQ(plan.smem.num_stages, 2 * native.smem.num_stages);
+      EXPECT_EQ(plan.smem.v, plan.smem.k + plan.smem.num_stages * sm90::kFp8TileBytes);
     } else {
       EXPECT_EQ(plan.smem.num_stages, native.smem.num_stages);
     }
@@ -214,7 +216,8 @@ TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
     SCOPED_TRACE(name(shape));
     expect_same_kernel_and_grid(plan, plain);
     const uint32_t staged = plan.smem.union_blocks - plan.smem.token_scales;
-    EXPECT_EQ(plan.smem.token_scales, plan.smem.v + plan.smem.num_stages * sm90::kKvTileBytes);
+    const uint32_t slot_bytes = plan.decode_kernel ? sm90::kFp8TileBytes : sm90::kKvTileBytes;
+    EXPECT_EQ(plan.smem.token_scales, plan.smem.v + plan.smem.num_stages * slot_bytes);
     EXPECT_EQ(staged, plan.decode_kernel ? 0u : plan.smem.num_stages * 2u * 160u * 4u);
     EXPECT_EQ(plan.smem.bytes, plain.smem.bytes + staged);
     EXPECT_EQ(plain.smem.union_blocks, plain.smem.token_scales);
@@ -280,13 +283,16 @@ TEST(LaunchPlan, Nvfp4KvTakeTheDecodeKernelOrTokenWarpsOnly) {
   EXPECT_FALSE(decode.token_warps);
   EXPECT_EQ(decode.num_splits, plan_of(kDecodeBatch64).num_splits);
   EXPECT_FALSE(decode.speculate_first_block);
-  // ... on compact rings beside one tile of converted V: three blocks in flight, not one.
+  // ... on compact rings, each stage's block scales staged beside it, then one tile of
+  // converted V: three blocks in flight, not one.
   EXPECT_EQ(decode.ctas_per_sm, 2);
   EXPECT_GE(decode.smem.num_stages, 3);
   EXPECT_EQ(decode.smem.v, decode.smem.k + decode.smem.num_stages * sm90::kNvfp4TileBytes);
   EXPECT_EQ(decode.smem.token_scales % 1024, 0u);
   EXPECT_GE(decode.smem.token_scales, decode.smem.v + decode.smem.num_stages * sm90::kNvfp4TileBytes);
-  EXPECT_EQ(decode.smem.union_blocks, decode.smem.token_scales + sm90::kKvTileBytes);
+  EXPECT_EQ(decode.smem.union_blocks,
+            decode.smem.token_scales +
+                decode.smem.num_stages * 2 * sm90::kNvfp4ScaleTileBytes + sm90::kKvTileBytes);
   EXPECT_LE(decode.smem.bytes + sm90::kSharedMemoryAlignmentSlack,
             static_cast<uint32_t>(sm90::kTwoCtasPerSmSharedBytes));
   // Prefill: token warps on compact rings of 8 KiB stages.
