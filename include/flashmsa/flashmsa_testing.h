@@ -21,8 +21,9 @@ extern "C" {
 
 typedef struct flashmsa_tuning {
   int32_t splits;            /* KV splits per tile: 1 .. the most the call allows */
-  int32_t decode_kernel;     /* 0 never the decode kernel, 1 the plan's rule, 2 every call of
-                                at most 8 rows per request whose heads and topk it takes */
+  int32_t decode_kernel;     /* 0 never the decode kernel, 1 the plan's rule for q's-dtype
+                                K/V, 2 every call of at most 8 rows per request whose heads
+                                and topk it takes (converted K/V formats' default) */
   int32_t one_consumer;      /* 1: the prefill kernel's one-consumer shape for any call */
   int32_t tiles_outer;       /* grid order: 1 tile outermost, 0 head column outermost */
   int32_t evict_first;       /* L2 policy of the K/V loads: 1 evict-first, 0 evict-normal */
@@ -40,6 +41,9 @@ typedef struct flashmsa_tuning {
   int32_t token_warps;       /* two-consumer tiles of fp8 K/V: 1 each warp its own rows' blocks,
                                 converting in registers (token_warp_consumer.cuh), 0 the union
                                 tile's rewrite */
+  int32_t warp_blocks;       /* the decode kernel with fp8 or NVFP4 K/V: 1 each warp whole
+                                blocks of its own (decode_warp_blocks.cuh), 0 every block
+                                split over the four warps */
 } flashmsa_tuning;
 
 /* Every field FLASHMSA_TUNING_DEFAULT. */

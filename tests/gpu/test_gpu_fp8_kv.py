@@ -856,21 +856,24 @@ def check_multi_row_call(name, batch, qlen, seed, kernel):
     check_gpu_result(case, got)
 
 
-@pytest.mark.parametrize("batch,qlen", [(4, 8), (5, 8)])
+@pytest.mark.parametrize("batch,qlen", [(4, 8), (5, 8), (8, 8), (6, 4)])
 def test_one_token_kernel_for_multi_row_requests(batch, qlen):
-    """Multi-token prediction takes the one-token kernel while its rows x KV heads fit the SMs
-    (4 x 8 x 4 = 128 on 132), the two-consumer kernel past that (5 x 8 x 4 = 160)."""
-    sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
-    kernel = "decode_kernel" if batch * qlen * M3[1] <= sms else "prefill_kernel"
-    check_multi_row_call(label("multi-row", b=batch, q=qlen), batch, qlen, 511 + batch, kernel)
+    """fp8 multi-token prediction (at most 8 rows a request) takes the one-token kernel, one
+    CTA a row, also past the rows x KV heads that fit the SMs (4 x 8 x 4 = 128 on 132; 5 x 8 x 4
+    = 160 and 8 x 8 x 4 = 256 run two CTAs per SM)."""
+    check_multi_row_call(label("multi-row", b=batch, q=qlen), batch, qlen, 511 + batch,
+                         "decode_kernel")
 
 
-@pytest.mark.parametrize("mode,batch", [(2, 8), (0, 2)])
+@pytest.mark.parametrize("mode,batch", [(1, 8), (1, 4), (0, 2)])
 def test_multi_row_requests_forced(mode, batch, launch_overrides):
-    """decode_kernel=2 sends 8 rows a request to the one-token kernel (batch 8: two CTAs per
-    SM); 0 keeps a small multi-token call on the two-consumer kernel's split launch."""
+    """decode_kernel=1 (q's dtype's routing) takes the one-token kernel only while the rows x
+    KV heads fit the SMs (batch 4), the two-consumer kernel past that (batch 8); 0 keeps a
+    small multi-token call on the two-consumer kernel's split launch."""
     launch_overrides(decode_kernel=mode)
-    kernel = "decode_kernel" if mode == 2 else "prefill_kernel"
+    sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
+    fits = batch * 8 * M3[1] <= sms
+    kernel = "decode_kernel" if mode == 1 and fits else "prefill_kernel"
     check_multi_row_call(label("multi-row-forced", mode, b=batch), batch, 8, 521 + batch, kernel)
 
 

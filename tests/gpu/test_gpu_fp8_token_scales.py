@@ -8,17 +8,19 @@ test_path_takes_its_kernel):
 - one-token: the one-token decode kernel, batch 40 of one token, MiniMax-M3 heads (Hq 64 /
   Hkv 4), no KV split;
 - multi-row-decode-kernel: 8-token multi-token prediction at batch 4 (rows x KV heads fit the
-  SMs), the one-token kernel;
+  SMs), the one-token kernel; multi-row-decode-kernel-b32: at batch 32 (MiniMax-M3's), which fp8
+  takes to the one-token kernel too (one CTA a row, two per SM);
 - one-token-splits: batch 2 at 100000 and 33001 keys, topk 32: the one-token kernel with KV
   splits reduced in a thread-block cluster; one-token-splits-workspace: the same, its splits
   merged from the workspace (launch override cluster=0, the merge kernel);
-- one-consumer-mtp4: 4-token multi-token prediction at batch 34, the prefill kernel's
-  one-consumer shape; one-consumer-splits-topk64: batch 2 at 70000 and 40001 keys, topk 64 (past
-  the one-token kernel), the one-consumer shape with cluster splits;
-- two-consumer-mtp8: 8-token multi-token prediction at batch 32 (MiniMax-M3's), the prefill
-  kernel's two-consumer path, one tile a request; two-consumer-splits: 8 tokens at batch
-  2 over 40000 and 9000 keys kept off the one-token kernel (decode_kernel=0), the two-consumer
-  split launch and its merge kernel;
+- one-consumer-mtp4: 4-token multi-token prediction at batch 34 under q's dtype's routing
+  (launch override decode_kernel=1), the prefill kernel's one-consumer shape (what groups of
+  more than 16 heads take); one-consumer-splits-topk64: batch 2 at 70000 and 40001 keys, topk
+  64 (past the one-token kernel), the one-consumer shape with cluster splits;
+- two-consumer-mtp8: 8-token multi-token prediction at batch 32 under q's dtype's routing
+  (decode_kernel=1), the prefill kernel's two-consumer path, one tile a request;
+  two-consumer-splits: 8 tokens at batch 2 over 40000 and 9000 keys kept off the one-token
+  kernel (decode_kernel=0), the two-consumer split launch and its merge kernel;
 - two-consumer-prefill: long ragged prefill chunks (384, 0, 150, 77 rows), TP 4 heads
   (Hq 16 / Hkv 1); two-consumer-long-prefill: chunks of 300, 0, 150, 77 rows on up to 40000
   keys, MiniMax-M3 heads. Both, like two-consumer-mtp8 and -splits, run the token-warp consumer
@@ -112,10 +114,11 @@ def _cycle(pool, count):
 
 
 # Which kernel takes a shape (launch_plan.cpp, split_rules.h; an H200's 132 SMs): the one-token
-# kernel takes groups of <= 16 heads at topk <= 32 for one row a request, or <= 8 rows a request
-# whose rows x KV heads fit the SMs; the one-consumer shape calls of at most 64 / group rows a
-# request on average (4 at MiniMax-M3's group of 16, so its 8-token MTP at batch 32 is a
-# two-consumer call); the two-consumer kernel the rest. Splits come where the (tile, KV head)
+# kernel takes groups of <= 16 heads at topk <= 32 for calls of <= 8 rows a request (fp8's
+# routing; q's dtype's, decode_kernel=1, only one row a request or rows x KV heads that fit the
+# SMs); the one-consumer shape calls of at most 64 / group rows a request on average (4 at
+# MiniMax-M3's group of 16, so its 8-token MTP at batch 32 is a two-consumer call under q's
+# dtype's routing); the two-consumer kernel the rest. Splits come where the (tile, KV head)
 # units leave the SMs' CTA slots mostly idle.
 PATHS = {
     "one-token": Path([1] * 40, _cycle(SHORT_LENGTHS, 40), M3, 16, "decode_kernel", seed=1),
@@ -124,12 +127,14 @@ PATHS = {
     "one-token-splits": Path([1, 1], [100000, 33001], M3, 32, "decode_kernel", seed=3),
     "one-token-splits-workspace": Path([1, 1], [100000, 33001], M3, 32, "decode_kernel",
                                        merge=True, overrides=dict(cluster=0), seed=4),
+    "multi-row-decode-kernel-b32": Path([8] * 32, _cycle(MTP_LENGTHS, 32), M3, 16,
+                                        "decode_kernel", seed=12),
     "one-consumer-mtp4": Path([4] * 34, _cycle(MTP_LENGTHS, 34), M3, 16, "prefill_kernel",
-                              consumers=1, seed=5),
+                              consumers=1, overrides=dict(decode_kernel=1), seed=5),
     "one-consumer-splits-topk64": Path([1, 1], [70000, 40001], M3, 64, "prefill_kernel",
                                        consumers=1, seed=6),
     "two-consumer-mtp8": Path([8] * 32, _cycle(MTP_LENGTHS, 32), M3, 16, "prefill_kernel",
-                              consumers=2, seed=7),
+                              consumers=2, overrides=dict(decode_kernel=1), seed=7),
     "two-consumer-splits": Path([8, 8], [40000, 9000], M3, 16, "prefill_kernel", consumers=2,
                                 merge=True, overrides=dict(decode_kernel=0), seed=8),
     "two-consumer-prefill": Path([384, 0, 150, 77], [4000, 129, 1500, 77], TP4, 16,

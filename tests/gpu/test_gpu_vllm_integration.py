@@ -195,7 +195,7 @@ PER_TOKEN_PRODUCTION_DECODE = [
                         dtype=torch.float16, seed=44)),
     # a long context at batch 2: the one-token kernel splits each row's blocks
     ("long-context-splits", dict(seq_lens=[40000, 9000], seed=45)),
-    # 8-token multi-token prediction (the prefill kernel's multi-token tiles)
+    # 8-token multi-token prediction (fp8: the one-token kernel, one CTA a row)
     ("mtp-8", dict(seq_lens=[9000, 3000, 1500, 300, 129, 8, 5000, 2049], decode_query_len=8,
                    seed=46)),
     ("ragged", dict(seq_lens=[9000, 300, 5, 2000], query_lens=[3, 1, 2, 0], padded_rows=2,
