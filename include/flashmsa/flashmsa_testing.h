@@ -41,9 +41,6 @@ typedef struct flashmsa_tuning {
   int32_t token_warps;       /* two-consumer tiles of fp8 K/V: 1 each warp its own rows' blocks,
                                 converting in registers (token_warp_consumer.cuh), 0 the union
                                 tile's rewrite */
-  int32_t warp_blocks;       /* the decode kernel with fp8 or NVFP4 K/V: 1 each warp whole
-                                blocks of its own (decode_warp_blocks.cuh), 0 every block
-                                split over the four warps */
 } flashmsa_tuning;
 
 /* Every field FLASHMSA_TUNING_DEFAULT. */

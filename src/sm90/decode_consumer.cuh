@@ -487,53 +487,6 @@ __device__ __forceinline__ void store_converted_nvfp4_value_slice(uint8_t* v_sta
   __syncwarp();
 }
 
-// The CTA's output rows, as one-token consumers leave them (RowPartial: normalised, with their
-// LSEs), to their destination: the owners' shared memory (push), the cluster's pull, the
-// workspace (splits outside a cluster), or the output.
-template <typename Element, bool kTemperatureLse>
-__device__ __forceinline__ void write_one_token_partial(const AttentionParams& p,
-                                                        const Smem& smem, const TilePlan& plan,
-                                                        const PushPlan<Element>& push,
-                                                        const RowPartial& partial, int kv_head,
-                                                        int head_chunk) {
-  if (p.push_reduce) {  // the launch plan sets it only with cluster_reduce
-    reduce_by_push<Element, kTemperatureLse>(smem, plan, push, partial);
-    FLASHMSA_TIMELINE_RECORD();
-    return;
-  }
-  if (p.cluster_reduce) {
-    // This CTA's partial, where publish_partial leaves the wgmma consumer's, for the pull.
-    store_row_partial<kTemperatureLse>(partial, partial_out_rows(smem) + partial.row * kHeadDim,
-                                       partial_lse_rows(smem) + partial.row,
-                                       partial_lse_t_rows(smem) + partial.row);
-    reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
-    FLASHMSA_TIMELINE_RECORD();
-    return;
-  }
-  const RowSource source = row_source(p, plan, 0, head_chunk, partial.row);
-  if (source.valid) {
-    const int64_t token = plan.first_row;
-    const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + source.head;
-    if (p.num_splits > 1) {  // splits outside a cluster: fp32 partials for merge.cu
-      const int64_t partial_row = workspace_partial_row(p, plan.split, token, head);
-      store_row_partial<kTemperatureLse>(partial, p.partial_out + partial_row * kHeadDim,
-                                         p.partial_lse + partial_row,
-                                         p.partial_lse_t + partial_row);
-      FLASHMSA_TIMELINE_RECORD();
-      return;
-    }
-    Element* out = static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) +
-                   partial.column;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) store4(out + kRowPartialStride * j, partial.value[j]);
-    if (partial.sends_lse) {
-      if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = partial.lse;
-      if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = partial.lse_t;
-    }
-  }
-  FLASHMSA_TIMELINE_RECORD();
-}
-
 // kKv: how the stages hold K and V (fp8 and NVFP4: converted here, in registers, NVFP4's V by
 // a rewrite, see above; kFp8TokenScaled: with per-token scales, token_scales.cuh).
 // kCompactRings: converted formats land in stages of one box (the decode kernel's rings), else
@@ -698,8 +651,42 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   const RowPartial partial = gather_row_partial(o, scale, lse, lse_t);
   FLASHMSA_MARK(kMarkPublished);
 
-  write_one_token_partial<Element, kTemperatureLse>(p, smem, plan, push, partial, kv_head,
-                                                    head_chunk);
+  if (p.push_reduce) {  // the launch plan sets it only with cluster_reduce
+    reduce_by_push<Element, kTemperatureLse>(smem, plan, push, partial);
+    FLASHMSA_TIMELINE_RECORD();
+    return;
+  }
+  if (p.cluster_reduce) {
+    // This CTA's partial, where publish_partial leaves the wgmma consumer's, for the pull.
+    store_row_partial<kTemperatureLse>(partial, partial_out_rows(smem) + partial.row * kHeadDim,
+                                       partial_lse_rows(smem) + partial.row,
+                                       partial_lse_t_rows(smem) + partial.row);
+    reduce_over_cluster<Element, kTemperatureLse>(p, smem, plan, kv_head, head_chunk);
+    FLASHMSA_TIMELINE_RECORD();
+    return;
+  }
+  const RowSource source = row_source(p, plan, 0, head_chunk, partial.row);
+  if (source.valid) {
+    const int64_t token = plan.first_row;
+    const int64_t head = static_cast<int64_t>(kv_head) * p.group_size + source.head;
+    if (p.num_splits > 1) {  // splits outside a cluster: fp32 partials for merge.cu
+      const int64_t partial_row = workspace_partial_row(p, plan.split, token, head);
+      store_row_partial<kTemperatureLse>(partial, p.partial_out + partial_row * kHeadDim,
+                                         p.partial_lse + partial_row,
+                                         p.partial_lse_t + partial_row);
+      FLASHMSA_TIMELINE_RECORD();
+      return;
+    }
+    Element* out = static_cast<Element*>(p.output.out) + p.output.out_offset(token, head) +
+                   partial.column;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) store4(out + kRowPartialStride * j, partial.value[j]);
+    if (partial.sends_lse) {
+      if (p.output.lse) p.output.lse[p.output.lse_offset(token, head)] = partial.lse;
+      if (kTemperatureLse) p.output.lse_t[p.output.lse_t_offset(token, head)] = partial.lse_t;
+    }
+  }
+  FLASHMSA_TIMELINE_RECORD();
 }
 
 }  // namespace flashmsa::sm90

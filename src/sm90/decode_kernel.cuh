@@ -24,7 +24,6 @@
 #include "common/visibility.h"
 #include "sm90/cluster_reduce.cuh"
 #include "sm90/decode_consumer.cuh"
-#include "sm90/decode_warp_blocks.cuh"
 #include "sm90/kernel_traits.h"
 #include "sm90/mma.cuh"
 #include "sm90/nvfp4_convert.cuh"
@@ -232,10 +231,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
 
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
-    // It never speculates; NVFP4's full barriers also count the 32 scale stagers, and with
-    // warp blocks one warp releases a stage.
-    init_barriers(header, params.smem_layout.num_stages, params.warp_blocks ? 32 : 128, false,
-                  is_nvfp4(kKv) ? 1 + 32 : 1);
+    // It never speculates; NVFP4's full barriers also count the 32 scale stagers.
+    init_barriers(header, params.smem_layout.num_stages, 128, false, is_nvfp4(kKv) ? 1 + 32 : 1);
   } else if (threadIdx.x == 1) {
     prefetch_tensor_map(&params.tma_k);
     prefetch_tensor_map(&params.tma_v);
@@ -281,12 +278,6 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
   named_barrier_sync(kPlanReadyBarrier, kDecodeThreads);
   allow_next_grid_launch();
   const TilePlan plan = tile_plan(header, header.union_size, work.split, params.splits_divisor);
-  if constexpr (kKv == KvFormat::kFp8 || kKv == KvFormat::kNvfp4) {
-    if (params.warp_blocks) {
-      consume_one_token_by_warps<Element, kTemperatureLse, kKv>(params, smem, plan, work.kv_head);
-      return;
-    }
-  }
   consume_one_token<Element, kTemperatureLse, kKv, is_converted(kKv)>(params, smem, plan,
                                                                      work.kv_head, 0);
 }

@@ -238,7 +238,6 @@ sm90::AttentionParams make_attention_params(const flashmsa_args& args,
   p.splits_divisor = fast_divisor(static_cast<uint32_t>(plan.num_splits));
   p.cluster_reduce = plan.cluster_reduce;
   p.push_reduce = plan.push_reduce;
-  p.warp_blocks = plan.warp_blocks;
   p.num_consumer_warpgroups = plan.num_consumer_warpgroups;
   p.uniform_rows = plan.uniform_rows;
   p.warp_planning = plan.warp_planning;

@@ -96,7 +96,7 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   const bool decode_nvfp4 = plan.decode_kernel && nvfp4;
   const bool compact = plan.token_warps || (plan.decode_kernel && converted);
   const uint32_t slot_bytes = compact ? box_bytes : kKvTileBytes;
-  const uint32_t converted_bytes = decode_nvfp4 && !plan.warp_blocks ? kKvTileBytes : 0;
+  const uint32_t converted_bytes = decode_nvfp4 ? kKvTileBytes : 0;
   const uint32_t stage_bytes = 2 * slot_bytes + scale_bytes;
   // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
   const uint32_t budget = plan.ctas_per_sm == 1 ? kSharedMemoryLimit : kTwoCtasPerSmSharedBytes;
@@ -114,9 +114,6 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   const uint32_t ring_bytes = available > fixed_bytes ? available - fixed_bytes : 0;
   layout.num_stages =
       static_cast<int32_t>(std::min<uint32_t>(most_stages, ring_bytes / stage_bytes));
-  // The warp-block consumer's four warps take steps in turn: rings of two or four stages
-  // (decode_warp_blocks.cuh: warp_step).
-  if (plan.warp_blocks && layout.num_stages == 3) layout.num_stages = 2;
   layout.k = rings_begin;
   layout.v = layout.k + layout.num_stages * slot_bytes;
   uint32_t offset = layout.v + layout.num_stages * slot_bytes;
@@ -190,9 +187,10 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   // where the decode kernel's four warps convert a row's blocks between them, two CTAs an SM.
   // Multi-token prediction, 8 tokens a request, the decode suite's rows (H200, one call):
   // fp8 batch 32 on KV 32768 130.7 us against 260.8, 0.39-0.80x the time from 4000 keys a
-  // request on, 1.03-1.10x at 1000 (8 blocks: the 8 rows' unions are nearly one); NVFP4
-  // 182.6 against 619.2 us, 0.26-0.57x, and 1.07-1.11x at 1000 keys. q's dtype keeps the
-  // rule (mode 2 took 1.16x the time at batch 32, up to 2.5x on the suite).
+  // request on, at 1000 keys 0.70x at batch 8 and 1.03-1.10x at 32-128 (8 blocks: the 8 rows'
+  // unions are nearly one); NVFP4 182.6 against 619.2 us, 0.26-0.57x, at 1000 keys 0.67x and
+  // 1.07-1.11x. q's dtype keeps the rule (mode 2 took 1.16x the time at batch 32, up to 2.5x
+  // on the suite).
   const bool converts_kv = args.kv_dtype != args.q_dtype;
   const bool decode_shape = args.total_q <= INT32_MAX && group_size <= kDecodeRows && topk <= 32;
   c.decode_kernel = takes_one_token_kernel(decode_shape, args.total_q, args.batch_size,
@@ -366,13 +364,6 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   // a request holds, but the host knows them only for paged calls (the page table's width) and
   // a flat call would then take another kernel than the same call paged (other bits); so every
   // such call takes token warps.
-  // The decode kernel with converted K/V: each warp computes whole blocks of its own where a
-  // slice holds at least two blocks a warp; slices of fewer (batch 1's splits of one block)
-  // keep every block split over the four warps, and so do per-token fp8 scales.
-  const int64_t longest_slice = (max_union + c.num_splits - 1) / c.num_splits;
-  const bool token_scaled = args.k_token_scale != nullptr || args.v_token_scale != nullptr;
-  c.warp_blocks = c.decode_kernel && converts_kv && !token_scaled &&
-                  tuned(tuning.warp_blocks, longest_slice >= 8 ? 1 : 0, 0, 1) == 1;
   c.token_warps = c.num_consumer_warpgroups == 2 && !c.decode_kernel &&
                   (nvfp4 || (args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 &&
                              tuned(tuning.token_warps, 1, 0, 1) == 1));

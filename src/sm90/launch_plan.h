@@ -71,9 +71,6 @@ struct LaunchPlan {
   // The two-consumer fp8 kernel with the token-warp consumer (token_warp_consumer.cuh), on
   // compact rings.
   bool token_warps = false;
-  // The decode kernel's warp-block consumer (decode_warp_blocks.cuh, AttentionParams::
-  // warp_blocks).
-  bool warp_blocks = false;
 
   SmemLayout smem{};
   WorkspaceLayout workspace;

@@ -122,9 +122,6 @@ struct AttentionParams {
   int32_t nvfp4_page_local;
   int64_t k_block_scale_stride_page, k_block_scale_stride_head;
   int64_t v_block_scale_stride_page, v_block_scale_stride_head;
-  // The decode kernel with converted K/V: each consumer warp computes whole blocks of its own
-  // (decode_warp_blocks.cuh), so a stage's empty barriers count one warp's arrivals.
-  int32_t warp_blocks;
 };
 
 // The call's score scale (log2 units) and output scale, with the device-resident global scales

@@ -53,20 +53,19 @@ __device__ __forceinline__ uint4 fp8_chunk(const uint8_t* stage, int row, int ch
 }
 
 // S (the warp's 16 rows x the block's 128 keys) = Q K^T, s[4j + 2h + c] at row lane / 4 + 8h,
-// key 8j + 2 (lane % 4) + c. kKeys < 128: the first kKeys rows at k_stage (a stage's rows from
-// a multiple of 8 on keep their swizzle: decode_warp_blocks.cuh computes a block in halves).
-template <typename Element, int kKeys = kBlockKeys>
+// key 8j + 2 (lane % 4) + c.
+template <typename Element>
 __device__ __forceinline__ void token_warp_scores(const uint32_t (&q)[kDimSteps][4],
                                                   const uint8_t* k_stage,
-                                                  float (&s)[kKeys / 2]) {
+                                                  float (&s)[kBlockScores]) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, l = lane % 4;
 #pragma unroll
-  for (int i = 0; i < kKeys / 2; ++i) s[i] = 0.f;
+  for (int i = 0; i < kBlockScores; ++i) s[i] = 0.f;
 #pragma unroll
   for (int a = 0; a < 2; ++a) {
 #pragma unroll
-    for (int j = 0; j < kKeys / 8; ++j) {
+    for (int j = 0; j < kBlockKeys / 8; ++j) {
       const uint4 chunk = fp8_chunk(k_stage, 8 * j + g, 2 * l + a);
       const uint32_t words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};
 #pragma unroll
@@ -87,14 +86,13 @@ __device__ __forceinline__ void token_warp_scores(const uint32_t (&q)[kDimSteps]
 // bytes, four wavefronts), then each fragment register is one byte of two rows, each followed
 // by its sign, by one byte permute, then converted (e4m3_signed_pair). Garbage bytes past the
 // sequence end convert to finite values (kv_convert.cuh), which P's zeros there cancel.
-// kKeys as token_warp_scores'.
-template <typename Element, int kKeys = kBlockKeys>
-__device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kKeys / 4],
+template <typename Element>
+__device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kBlockScores / 2],
                                                   const uint8_t* v_stage, TokenWarpOutput& o) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, l = lane % 4;
 #pragma unroll
-  for (int step = 0; step < kKeys / 16; ++step) {
+  for (int step = 0; step < kKeySteps; ++step) {
     const uint32_t a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
     uint32_t rows[4][4];
 #pragma unroll
@@ -125,18 +123,18 @@ __device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kKeys / 4]
 // S = Q K^T as token_warp_scores: lane (g, l) reads bytes 16l .. 16l + 15 of key 8j + g, dims
 // 32l .. 32l + 31, which are exactly the dims load_token_warp_queries gives k-steps 0..7 (k-step
 // e: dims 32l + 4e .. + 3); word i holds k-steps 2i and 2i + 1, scale column 2l + i / 2 (the
-// key's columns 2l, 2l + 1: one 16-bit read). kKeys as token_warp_scores'.
-template <typename Element, int kKeys = kBlockKeys>
+// key's columns 2l, 2l + 1: one 16-bit read).
+template <typename Element>
 __device__ __forceinline__ void token_warp_scores_nvfp4(const uint32_t (&q)[kDimSteps][4],
                                                         const uint8_t* k_stage,
                                                         const uint8_t* k_scales,
-                                                        float (&s)[kKeys / 2]) {
+                                                        float (&s)[kBlockScores]) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, l = lane % 4;
 #pragma unroll
-  for (int i = 0; i < kKeys / 2; ++i) s[i] = 0.f;
+  for (int i = 0; i < kBlockScores; ++i) s[i] = 0.f;
 #pragma unroll
-  for (int j = 0; j < kKeys / 8; ++j) {
+  for (int j = 0; j < kBlockKeys / 8; ++j) {
     const int key = 8 * j + g;
     const uint4 row = *reinterpret_cast<const uint4*>(k_stage + key * kNvfp4RowBytes + 16 * l);
     const uint32_t words[4] = {row.x, row.y, row.z, row.w};
@@ -160,10 +158,9 @@ __device__ __forceinline__ void token_warp_scores_nvfp4(const uint32_t (&q)[kDim
 // 16 step + 2l, + 1 (b0) and 16 step + 8 + 2l, + 1 (b1) of dims 16g .. 16g + 15, 8 bytes of
 // each of the four rows (scale column g of two keys, staged linear or, from page-local planes,
 // in token-quad order: quad_order); byte j of a row pair interleaved gives tiles 2j and 2j + 1
-// of its word. kKeys as token_warp_scores' (in either order of the scales, key 64's start
-// 512 bytes on).
-template <typename Element, int kKeys = kBlockKeys>
-__device__ __forceinline__ void token_warp_values_nvfp4(const uint32_t (&p)[kKeys / 4],
+// of its word.
+template <typename Element>
+__device__ __forceinline__ void token_warp_values_nvfp4(const uint32_t (&p)[kBlockScores / 2],
                                                         const uint8_t* v_stage,
                                                         const uint8_t* v_scales,
                                                         bool quad_order, TokenWarpOutput& o) {
@@ -179,7 +176,7 @@ __device__ __forceinline__ void token_warp_values_nvfp4(const uint32_t (&p)[kKey
            static_cast<uint32_t>(v_scales[(key + 1) * kNvfp4ScaleCols + g]) << 8;
   };
 #pragma unroll
-  for (int step = 0; step < kKeys / 16; ++step) {
+  for (int step = 0; step < kKeySteps; ++step) {
     const uint32_t a[4] = {p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3]};
     uint2 rows[4];
 #pragma unroll
