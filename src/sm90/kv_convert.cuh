@@ -12,9 +12,10 @@
 // row occupies the same 128 bytes as the fp8 row. Converted chunk c' of panel 1 (dims 64 + 8c'
 // ..) lands at swizzled position c' ^ (row % 8), where fp8 chunk c' (dims 16c' ..) sits; it is
 // written after dims 64 + 8c' .. + 7 are read, and 64 + 8c' >= 16c' + 15 for every c' <= 7, so
-// that fp8 chunk was read already. The consumers convert, between a stage's landing and their
-// first read: prefill_kernel's warpgroups both operands, the one-token consumer's warps V (they
-// take K's fp8 bytes into their products in registers, decode_consumer.cuh: warp_scores_fp8).
+// that fp8 chunk was read already. The union tile's consumer warpgroups convert both operands
+// between a stage's landing and their first read. The other consumers take the fp8 bytes into
+// their products in registers (decode_consumer.cuh, token_warp_consumer.cuh) through
+// e4m3_signed_pair below.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -78,8 +78,8 @@ __device__ __forceinline__ TilePlan prepare_tile(const AttentionParams& params, 
   return plan;
 }
 
-// kKv: how K and V are stored (kernel_traits.h); the consumers rewrite converted formats'
-// stages (kv_convert.cuh). kTokenWarps: the two-consumer fp8 or NVFP4 kernel whose warps each
+// kKv: how K and V are stored (kernel_traits.h); the union tile's consumers rewrite converted
+// formats' stages (kv_convert.cuh), the one-token consumer converts them in registers. kTokenWarps: the two-consumer fp8 or NVFP4 kernel whose warps each
 // compute their own rows' blocks, converting in registers (token_warp_consumer.cuh), on compact
 // rings.
 template <typename Element, bool kTemperatureLse, int kConsumers,
