@@ -422,73 +422,95 @@ __device__ __forceinline__ RowPartial gather_row_partial(const WarpOutput& o,
   return partial;
 }
 
-// NVFP4 V, rewritten as q's dtype into a tile of the consumer's own (Smem::converted_v), each
-// warp its own head dims, which only it reads: warp w's 32 dims of all 128 keys are bytes
-// 16w .. 16w + 15 of each landed row (scale columns 2w, 2w + 1), read into registers with
-// their staged scales before the block's P barrier and stored converted after it. Keys past
-// the request's end have scale 0 (and finite E2M1 values), so they store zeros.
-struct Nvfp4ValueSlice {
-  uint4 rows[4];        // [row lane + 32 r]
-  uint32_t scales[2];   // [r / 2]: row lane + 32 r's two scales at bits 16 (r % 2) ..
-};
-
-// The slice's V scales (columns 2w, 2w + 1 of each of its rows) from the block's staged copy:
-// linear, or from page-local planes in their token-quad order (byte (key / 4) * 32 + col * 4 +
-// key % 4: the two columns 4 bytes apart).
-__device__ __forceinline__ void read_value_slice_scales(const uint8_t* staged, bool quad_order,
-                                                        int warp, Nvfp4ValueSlice& slice) {
+// O += P V on NVFP4 V as landed (rows of 64 packed bytes), converted in registers: warp w's
+// dims are bytes 16w .. 16w + 15 of every row (scale columns 2w, 2w + 1). A transposed ldmatrix
+// of those 16 bytes as eight 16-bit columns gives lane (g, l) keys 2l and 2l + 1 (and 2l + 8,
+// 2l + 9 from the next matrix) of the byte pair 2g, 2g + 1: dims 32w + 4g .. + 3, scale column
+// 2w + g / 4. One permute interleaves byte j of the two keys, and one conversion
+// (convert_nvfp4_row_pairs) makes both keys' pairs of dims 4g + 2j and 4g + 2j + 1, so n-tile t's
+// column n is dim 32w + 4n + t, not WarpOutput's order (nvfp4_values_in_natural_order puts them
+// there at the end). The keys' scales come from the staged copy: side by side in token-quad
+// order, 8 bytes apart in the linear one (stage_operand_scales). Keys past the request's end
+// have scale 0 and finite E2M1 values, so they convert to zeros.
+template <typename Element>
+__device__ __forceinline__ void warp_values_nvfp4(const ProbabilityFragments& fragments,
+                                                  uint32_t v_rows, const uint8_t* v_scales,
+                                                  bool quad_order, int warp, WarpOutput& o) {
   const int lane = threadIdx.x % 32;
-  auto columns = [&](int key) -> uint32_t {
+  const int matrix = lane / 8;
+  const int column = 2 * warp + (lane / 4) / 4;  // the scale column of this lane's dims
+  auto key_pair_scales = [&](int key) -> uint32_t {  // keys key, key + 1 (key even)
     if (quad_order) {
-      const uint8_t* first = staged + (key / 4) * 32 + 2 * warp * 4 + key % 4;
-      return first[0] | static_cast<uint32_t>(first[4]) << 8;
+      return *reinterpret_cast<const uint16_t*>(v_scales + (key / 4) * 32 + 4 * column + key % 4);
     }
-    return *reinterpret_cast<const uint16_t*>(staged + key * kNvfp4ScaleCols + 2 * warp);
+    return v_scales[key * kNvfp4ScaleCols + column] |
+           static_cast<uint32_t>(v_scales[(key + 1) * kNvfp4ScaleCols + column]) << 8;
   };
 #pragma unroll
-  for (int pair = 0; pair < 2; ++pair) {
-    slice.scales[pair] = columns(lane + 64 * pair) | columns(lane + 64 * pair + 32) << 16;
-  }
-}
-
-__device__ __forceinline__ void load_nvfp4_value_rows(const uint8_t* landed, int warp,
-                                                      Nvfp4ValueSlice& slice) {
-  const int lane = threadIdx.x % 32;
+  for (int pair = 0; pair < kKeySteps / 2; ++pair) {
+    // Matrices: keys low, high of k-step 2 pair, then of k-step 2 pair + 1.
+    const int row = 32 * pair + 8 * matrix + lane % 8;
+    uint32_t b[4];
+    ldmatrix_x4_transposed(b, v_rows + row * kNvfp4RowBytes + 16 * warp);
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    slice.rows[r] = *reinterpret_cast<const uint4*>(landed + (lane + 32 * r) * kNvfp4RowBytes +
-                                                    16 * warp);
-  }
-}
-
-template <typename Element>
-__device__ __forceinline__ void store_converted_nvfp4_value_slice(uint8_t* v_stage, int warp,
-                                                                  const Nvfp4ValueSlice& slice) {
-  const int lane = threadIdx.x % 32;
+    for (int half = 0; half < 2; ++half) {
+      const int step = 2 * pair + half;
+      const uint4 fragment = fragments[step][lane];
+      const uint32_t a[4] = {fragment.x, fragment.y, fragment.z, fragment.w};
+      const int first_key = 16 * step + 2 * (lane % 4);
+      const uint32_t low_keys = nvfp4_multipliers<Element>(key_pair_scales(first_key));
+      const uint32_t high_keys = nvfp4_multipliers<Element>(key_pair_scales(first_key + 8));
+      const uint32_t low = b[2 * half], high = b[2 * half + 1];
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int row = lane + 32 * r;
-    const uint32_t multipliers =
-        nvfp4_multipliers<Element>(slice.scales[r / 2] >> (16 * (r % 2)));
-    const uint32_t column_multipliers[2] = {broadcast_half<false>(multipliers),
-                                            broadcast_half<true>(multipliers)};
-    const uint32_t words[4] = {slice.rows[r].x, slice.rows[r].y, slice.rows[r].z,
-                               slice.rows[r].w};
-    uint8_t* converted_row = v_stage + (warp / 2) * kKvPanelBytes + row * 128;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {  // dims 32w + 8i .. + 7: one converted chunk
-      const uint32_t m = column_multipliers[i / 2];
-      const Nvfp4Word<Element> w = convert_nvfp4_word<Element>(words[i], m, m);
-      const int chunk = 4 * (warp % 2) + i;
-      *reinterpret_cast<uint4*>(converted_row + ((chunk ^ (row % 8)) * 16)) =
-          make_uint4(w.pair[0], w.pair[1], w.pair[2], w.pair[3]);
+      for (int j = 0; j < 2; ++j) {
+        // Byte j of each key: bytes j and 2 + j of the word.
+        const uint32_t selector = j | (2 + j) << 4;
+        uint32_t b0_even, b0_odd, b1_even, b1_odd;
+        convert_nvfp4_row_pairs<Element>(byte_permute(low, 0u, selector), low_keys, b0_even,
+                                         b0_odd);
+        convert_nvfp4_row_pairs<Element>(byte_permute(high, 0u, selector), high_keys, b1_even,
+                                         b1_odd);
+        mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[4 * (2 * j)]), a, b0_even,
+                              b1_even);
+        mma_m16n8k16<Element>(*reinterpret_cast<float(*)[4]>(&o[4 * (2 * j + 1)]), a, b0_odd,
+                              b1_odd);
+      }
     }
   }
-  __syncwarp();
 }
 
-// kKv: how the stages hold K and V (fp8 and NVFP4: converted here, in registers, NVFP4's V by
-// a rewrite, see above; kFp8TokenScaled: with per-token scales, token_scales.cuh).
+// warp_values_nvfp4's O in WarpOutput's order (n-tile j's column n: dim 32w + 8j + n). Element
+// (j, h, c) of lane (g, l), dim 8j + 2l + c of the warp's, is element (n-tile 2 (l % 2) + c, h,
+// l / 2) of lane (g, j); the four lanes of a quad read four different elements of it, so each
+// value takes four shuffles. Once, after the loop.
+__device__ __forceinline__ void nvfp4_values_in_natural_order(WarpOutput& o) {
+  const int lane = threadIdx.x % 32;
+  const int l = lane % 4;
+  float natural[4 * kDimsPerWarp / 8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int source = (lane & ~3) | j;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float value = 0.f;
+#pragma unroll
+        for (int want = 0; want < 4; ++want) {  // the reading lane's l
+          const int element = 4 * (2 * (want % 2) + c) + 2 * h + want / 2;
+          const float got = __shfl_sync(0xffffffffu, o[element], source);
+          if (l == want) value = got;
+        }
+        natural[4 * j + 2 * h + c] = value;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4 * kDimsPerWarp / 8; ++i) o[i] = natural[i];
+}
+
+// kKv: how the stages hold K and V (fp8 and NVFP4: converted here, in registers, see above;
+// kFp8TokenScaled: with per-token scales, token_scales.cuh).
 // kCompactRings: converted formats land in stages of one box (the decode kernel's rings), else
 // in the upper half of a full stage (the one-consumer prefill kernel's; NVFP4 never runs
 // there).
@@ -600,28 +622,16 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     OnlineSoftmax<kTemperatureLse>::template pack_probabilities<Element>(s, probabilities);
     share_probabilities(exchange.probabilities, probabilities);
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
-    if constexpr (is_nvfp4(kKv)) {
-      // The stage is free once the slice is in registers; the slice is rewritten into this
-      // warp's own dims of converted_v, which only it reads.
-      mbarrier_wait(&header.v_full[stage], phase);
-      Nvfp4ValueSlice nvfp4_slice;
-      read_value_slice_scales(smem.staged_block_scales(stage, true), p.nvfp4_page_local != 0,
-                              warp, nvfp4_slice);
-      load_nvfp4_value_rows(smem.compact_v(stage, kNvfp4TileBytes), warp, nvfp4_slice);
-      release_stage(&header.v_empty[stage]);
-      named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory
-      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
-      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
-      store_converted_nvfp4_value_slice<Element>(smem.converted_v(), warp, nvfp4_slice);
-      warp_values<Element>(exchange.probabilities, smem_address(smem.converted_v()), first_chunk,
-                           o);
-      continue;
-    }
     named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
     mbarrier_wait(&header.v_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
-    if constexpr (is_fp8(kKv)) {
+    if constexpr (is_nvfp4(kKv)) {
+      warp_values_nvfp4<Element>(exchange.probabilities,
+                                 smem_address(smem.compact_v(stage, kNvfp4TileBytes)),
+                                 smem.staged_block_scales(stage, true), p.nvfp4_page_local != 0,
+                                 warp, o);
+    } else if constexpr (is_fp8(kKv)) {
       warp_values_fp8<Element>(exchange.probabilities, smem_address(landed_fp8(true, stage)),
                                warp, o);
     } else {
@@ -648,6 +658,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     scale[h] = sum[h] > 0.f ? scales.v_global_scale * reciprocal_flush(sum[h]) : 0.f;
   }
   if constexpr (is_fp8(kKv)) fp8_values_in_natural_order(o);
+  if constexpr (is_nvfp4(kKv)) nvfp4_values_in_natural_order(o);
   const RowPartial partial = gather_row_partial(o, scale, lse, lse_t);
   FLASHMSA_MARK(kMarkPublished);
 

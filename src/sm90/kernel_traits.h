@@ -47,8 +47,7 @@ constexpr uint32_t kStageTxBytes = kKvTileBytes;       // one operand of one blo
 // fp8 without them runs loops with no trace of them.
 // kNvfp4: packed E2M1 pairs, 64-byte rows (one unswizzled box, 8 KiB, compact stages), with one
 // E4M3 scale per 16 values that the producers stage beside the block (nvfp4_convert.cuh); only
-// the token-warp and one-token consumers take it, converting in registers (the one-token
-// consumer's V by a rewrite into a tile of its own).
+// the token-warp and one-token consumers take it, converting in registers.
 enum class KvFormat : int32_t { kNative = 0, kFp8 = 1, kFp8TokenScaled = 2, kNvfp4 = 3 };
 constexpr bool is_fp8(KvFormat format) {
   return format == KvFormat::kFp8 || format == KvFormat::kFp8TokenScaled;
@@ -208,9 +207,7 @@ struct SmemLayout {
   uint32_t token_scales;               // per-token fp8 scales, num_stages x 2 x kStagedScaleFloats
                                        // (empty: the call has none, or the decode kernel); in
                                        // NVFP4 launches the staged block scales (num_stages x
-                                       // 2 x kNvfp4ScaleTileBytes), then in the decode kernel
-                                       // its converted V tile (Smem::converted_v, kKvTileBytes,
-                                       // 1024-aligned)
+                                       // 2 x kNvfp4ScaleTileBytes)
   uint32_t received;                   // (num_splits - 1) x push_slot_bytes, push_reduce only
   uint32_t push_slot_bytes;            // push_slot_bytes(num_splits)
   int32_t push_slot_rows;              // push_slot_rows(num_splits)
@@ -255,11 +252,6 @@ struct Smem {
   }
   __device__ __forceinline__ uint8_t* compact_v(int stage, uint32_t slot_bytes) const {
     return base + layout.v + stage * slot_bytes;
-  }
-  // The decode kernel's NVFP4 V, rewritten as q's dtype in the native layout: each warp's own
-  // head dims, rewritten block after block (decode_consumer.cuh), past the staged scales.
-  __device__ __forceinline__ uint8_t* converted_v() const {
-    return base + layout.token_scales + layout.num_stages * 2 * kNvfp4ScaleTileBytes;
   }
   // A stage's NVFP4 block scales as the producers stage them (nvfp4_convert.cuh:
   // stage_operand_scales): K's kNvfp4ScaleTileBytes, then V's.

@@ -86,17 +86,14 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
                                : staged_block_scales ? 2 * kNvfp4ScaleTileBytes
                                                      : 0;
   // The token-warp kernel and the decode kernel read fp8 and NVFP4 stages where they land:
-  // compact slots of one box (the decode kernel's NVFP4 consumer rewrites V into one tile of
-  // q's dtype of its own, Smem::converted_v, where token_scales point). At two CTAs per SM the
-  // decode kernel's fp8 rings then hold two blocks in the bytes of one: 128 KiB in flight per
-  // SM, as bf16's one stage.
+  // compact slots of one box. At two CTAs per SM the decode kernel's fp8 rings then hold two
+  // blocks in the bytes of one (128 KiB in flight per SM, as bf16's one stage), its NVFP4 rings
+  // four (with their staged scales).
   const bool nvfp4 = args.kv_dtype == FLASHMSA_DTYPE_NVFP4;
   const bool converted = args.kv_dtype != args.q_dtype;
   const uint32_t box_bytes = nvfp4 ? kNvfp4TileBytes : kFp8TileBytes;
-  const bool decode_nvfp4 = plan.decode_kernel && nvfp4;
   const bool compact = plan.token_warps || (plan.decode_kernel && converted);
   const uint32_t slot_bytes = compact ? box_bytes : kKvTileBytes;
-  const uint32_t converted_bytes = decode_nvfp4 ? kKvTileBytes : 0;
   const uint32_t stage_bytes = 2 * slot_bytes + scale_bytes;
   // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
   const uint32_t budget = plan.ctas_per_sm == 1 ? kSharedMemoryLimit : kTwoCtasPerSmSharedBytes;
@@ -108,18 +105,15 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
           ? tuned(tuning.prefill_stages, plan.token_warps ? kMaxStages : kPrefillMaxStages, 2,
                   kMaxStages)
           : tuned(tuning.stages, kMaxStages, 1, kMaxStages);
-  // (converted_v is 1024-aligned: its slack counts too.)
-  const uint32_t fixed_bytes =
-      rings_begin + planning_bytes + (converted_bytes > 0 ? converted_bytes + 1024 : 0);
+  const uint32_t fixed_bytes = rings_begin + planning_bytes;
   const uint32_t ring_bytes = available > fixed_bytes ? available - fixed_bytes : 0;
   layout.num_stages =
       static_cast<int32_t>(std::min<uint32_t>(most_stages, ring_bytes / stage_bytes));
   layout.k = rings_begin;
   layout.v = layout.k + layout.num_stages * slot_bytes;
   uint32_t offset = layout.v + layout.num_stages * slot_bytes;
-  if (converted_bytes > 0) offset = align(offset, 1024);  // the converted V tile, if any
   layout.token_scales = offset;
-  offset += layout.num_stages * scale_bytes + converted_bytes;
+  offset += layout.num_stages * scale_bytes;
   layout.union_blocks = offset;
   offset += align(candidates * 4, 16);
   layout.union_coords = offset;

@@ -21,3 +21,7 @@ timeout 330 python3 -m pytest -q tests/gpu/test_gpu_fp8_token_scales.py \
   "tests/gpu/test_gpu_fp8_kv.py::test_decode" > gpu_tests_routing_ed4be16.log
 python3 -m bench.decode --quick --kv-dtype all > decode_all_ed4be16.log
 python3 -m bench.vllm_entry --quick > vllm_entry_ed4be16.log
+# NVFP4 V in registers, one call:
+python3 -m bench.decode --quick --kv-dtype all > decode_all_nvfp4_v_in_registers.log
+timeout 150 python3 -m pytest -q tests/gpu/test_gpu_nvfp4_kv.py tests/gpu/test_gpu_quantized_kv.py \
+  > gpu_tests_nvfp4_v_in_registers.log
