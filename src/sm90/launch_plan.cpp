@@ -78,13 +78,6 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   const bool token_scales = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 && !plan.decode_kernel &&
                             !plan.token_warps &&
                             (args.k_token_scale != nullptr || args.v_token_scale != nullptr);
-  // NVFP4's block scales, staged beside the block by the token-warp kernel's producer warpgroup
-  // or the decode kernel's producer warp.
-  const bool staged_block_scales =
-      (plan.token_warps || plan.decode_kernel) && args.kv_dtype == FLASHMSA_DTYPE_NVFP4;
-  const uint32_t scale_bytes = token_scales          ? 2 * kStagedScaleFloats * sizeof(float)
-                               : staged_block_scales ? 2 * kNvfp4ScaleTileBytes
-                                                     : 0;
   // The token-warp kernel and the decode kernel read fp8 and NVFP4 stages where they land:
   // compact slots of one box. At two CTAs per SM the decode kernel's fp8 rings then hold two
   // blocks in the bytes of one (128 KiB in flight per SM, as bf16's one stage), its NVFP4 rings
@@ -94,6 +87,12 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   const uint32_t box_bytes = nvfp4 ? kNvfp4TileBytes : kFp8TileBytes;
   const bool compact = plan.token_warps || (plan.decode_kernel && converted);
   const uint32_t slot_bytes = compact ? box_bytes : kKvTileBytes;
+  // NVFP4's block scales, staged beside the block by the producers of both kernels that read
+  // it (every NVFP4 ring is compact).
+  const bool staged_block_scales = compact && nvfp4;
+  const uint32_t scale_bytes = token_scales          ? 2 * kStagedScaleFloats * sizeof(float)
+                               : staged_block_scales ? 2 * kNvfp4ScaleTileBytes
+                                                     : 0;
   const uint32_t stage_bytes = 2 * slot_bytes + scale_bytes;
   // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
   const uint32_t budget = plan.ctas_per_sm == 1 ? kSharedMemoryLimit : kTwoCtasPerSmSharedBytes;
