@@ -198,16 +198,6 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
   const GlobalScales scales = global_scales(p);
   constexpr bool kTokenScales = has_token_scales(kKv);
   const TokenScaleRows token_scales = token_scale_rows(p, kv_head);
-  // This thread's key's scales of the next block to stage (token_scales.cuh).
-  auto load_union_block_scales = [&](int u) {
-    return load_block_token_scales<kConsumers>(
-        token_scales, block_first_slot(p, smem.union_coords()[u]),
-        plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys, threadIdx.x - 128);
-  };
-  KeyTokenScales next_key_scales{1.f, 1.f};
-  if (kTokenScales && plan.slice_begin < plan.slice_end) {
-    next_key_scales = load_union_block_scales(plan.slice_begin);
-  }
   OnlineSoftmax<kTemperatureLse> softmax;
   softmax.init();
   Accumulator o;
@@ -234,11 +224,6 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
     if constexpr (kConverts) {
       mbarrier_wait(&smem.header().v_full[stage], phase);
-      if constexpr (kTokenScales) {
-        store_block_token_scales<kConsumers>(next_key_scales, smem.token_scales(stage),
-                                             threadIdx.x - 128);
-        if (u + 1 < plan.slice_end) next_key_scales = load_union_block_scales(u + 1);
-      }
       convert_block_by_consumers<Element, kConsumers>(smem.k(stage), smem.v(stage));
     }
     if (!needed) {
@@ -267,30 +252,31 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
       visible[h] = selected ? min(max(key_limit[h] - block_first_key, 0), kBlockKeys) : 0;
     }
     const bool warp_reads = __any_sync(0xffffffffu, visible[0] > 0 || visible[1] > 0);
+    // Per-token fp8 scales, staged beside the block (token_scales.cuh; they landed with it, and
+    // K's are read before K's stage is released).
+    const bool scales_keys = kTokenScales && token_scales.k.scales != nullptr;
     EarlyColumnScales early_key_scales;
-    if (kTokenScales && token_scales.k.scales != nullptr) {
-      early_key_scales = read_early_column_scales(smem.token_scales(stage));
+    if (scales_keys) {
+      early_key_scales = read_early_column_scales(smem.staged_token_scales(stage, false));
     }
 
     cute::warpgroup_wait<0>();
     fence_accumulator(s);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstScores);
+    if (scales_keys && warp_reads) {
+      scale_columns_from_stage(s, smem.staged_token_scales(stage, false), early_key_scales);
+    }
     mbarrier_arrive(&smem.header().k_empty[stage]);
 
     uint32_t probabilities[32];
     if (warp_reads) {
       float correction[2];
       if constexpr (kTokenScales) {
-        // Per-token fp8 scales, staged with the block's rewrite (a missing one staged as 1).
-        const float* staged = smem.token_scales(stage);
-        if (token_scales.k.scales != nullptr) {
-          scale_columns_from_stage(s, staged, early_key_scales);
-        }
         softmax.template update<Element>(
             s, visible, scales.scale_log2, p.lse_temperature, probabilities, correction,
             [&](auto& probability) {
               if (token_scales.v.scales != nullptr) {
-                scale_columns_from_stage(probability, staged + kStagedScaleFloats);
+                scale_columns_from_stage(probability, smem.staged_token_scales(stage, true));
               }
             });
       } else {

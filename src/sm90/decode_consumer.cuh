@@ -566,18 +566,6 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
     const int stage = ring.stage;
     const uint32_t phase = ring.phase;
-    // Per-token fp8 scales of this warp's keys, a lane's key each, loaded before K has landed.
-    float key_scale = 1.f, value_scale = 1.f;
-    if constexpr (kTokenScales) {
-      const int64_t first_slot = block_first_slot(p, smem.union_coords()[u]);
-      const int valid_keys = plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys;
-      if (token_scales.k.scales != nullptr) {
-        key_scale = load_lane_key_scale(token_scales.k, first_slot, first_key, valid_keys);
-      }
-      if (token_scales.v.scales != nullptr) {
-        value_scale = load_lane_key_scale(token_scales.v, first_slot, first_key, valid_keys);
-      }
-    }
     mbarrier_wait(&header.k_full[stage], phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
@@ -590,7 +578,10 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
                                  key_block_scales, s);
     } else if constexpr (is_fp8(kKv)) {
       warp_scores_fp8<Element>(smem.q(0), landed_fp8(false, stage), first_key, s);
-      if (kTokenScales && token_scales.k.scales != nullptr) scale_columns_by_lanes(s, key_scale);
+      // Per-token scales, staged beside the block (token_scales.cuh).
+      if (kTokenScales && token_scales.k.scales != nullptr) {
+        scale_warp_columns_from_stage(s, smem.staged_token_scales(stage, false), warp);
+      }
     } else {
       warp_scores<Element>(smem_address(smem.q(0)), smem_address(smem.k(stage)), first_key, s);
     }
@@ -616,7 +607,10 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       correction[h] = softmax.exponentiate_row(s, h, block_max[h], p.lse_temperature);
     }
     if constexpr (kTokenScales) {
-      if (token_scales.v.scales != nullptr) scale_columns_by_lanes(s, value_scale);
+      if (token_scales.v.scales != nullptr) {
+        mbarrier_wait(&header.v_full[stage], phase);  // V's scales land with V
+        scale_warp_columns_from_stage(s, smem.staged_token_scales(stage, true), warp);
+      }
     }
     uint32_t probabilities[2 * kWarpScoreTiles];
     OnlineSoftmax<kTemperatureLse>::template pack_probabilities<Element>(s, probabilities);

@@ -186,38 +186,6 @@ __device__ __forceinline__ void load_decode_queries(const AttentionParams& p, co
   FLASHMSA_MARK(kMarkQueriesLoaded);
 }
 
-// Warp 0's stream for NVFP4: lane 0 loads each block's K and V boxes as produce does, and every
-// lane stages the block's scales beside them (stage_operand_scales), arriving on the same full
-// barriers (which count lane 0's arrive and these 32), so a block's scales are in shared memory
-// when its data is: the consumer lanes loading them at the block put a global round trip on
-// each block's chain.
-__device__ inline void produce_with_block_scales(const AttentionParams& p, const Smem& smem,
-                                                 const TilePlan& plan, int kv_head) {
-  const int num_stages = p.smem_layout.num_stages;
-  SmemHeader& header = smem.header();
-  const bool issues = threadIdx.x % 32 == 0;
-  RingCursor ring;
-  for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
-    const int32_t coord = smem.union_coords()[u];
-    const int valid_keys = plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys;
-#pragma unroll 1
-    for (int value = 0; value < 2; ++value) {
-      uint64_t* full = value ? &header.v_full[ring.stage] : &header.k_full[ring.stage];
-      mbarrier_wait(value ? &header.v_empty[ring.stage] : &header.k_empty[ring.stage],
-                    ring.phase ^ 1);
-      if (issues) {
-        uint8_t* destination = value ? smem.compact_v(ring.stage, kNvfp4TileBytes)
-                                     : smem.compact_k(ring.stage, kNvfp4TileBytes);
-        load_operand<KvFormat::kNvfp4, true>(p, value ? &p.tma_v : &p.tma_k, full, destination,
-                                             coord, kv_head);
-      }
-      stage_operand_scales(nvfp4_block_scales(p, value, coord, kv_head, valid_keys), value,
-                           smem.staged_block_scales(ring.stage, value));
-      arrive_when_copied(full);
-    }
-  }
-}
-
 // kKv: how K and V are stored; converted formats land in compact stages of one box, which the
 // consumer warps read and convert in registers (decode_consumer.cuh).
 template <typename Element, bool kTemperatureLse, KvFormat kKv = KvFormat::kNative>
@@ -231,8 +199,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
 
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
-    // It never speculates; NVFP4's full barriers also count the 32 scale stagers.
-    init_barriers(header, params.smem_layout.num_stages, 128, false, is_nvfp4(kKv) ? 1 + 32 : 1);
+    // It never speculates; with staged scales the full barriers also count warp 0's 32 lanes.
+    init_barriers(header, params.smem_layout.num_stages, 128, false, full_barrier_arrivals(kKv));
   } else if (threadIdx.x == 1) {
     prefetch_tensor_map(&params.tma_k);
     prefetch_tensor_map(&params.tma_v);
@@ -253,8 +221,11 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
     named_barrier_arrive(kPlanReadyBarrier, kDecodeThreads);
     allow_next_grid_launch();
     FLASHMSA_MARK_BY(0, kMarkProducerReleased);
-    if constexpr (is_nvfp4(kKv)) {
-      produce_with_block_scales(
+    // NVFP4 and per-token fp8: lane 0 loads each block's boxes as produce does, and every lane
+    // stages the block's scales beside them (the consumer lanes loading them at the block put a
+    // global round trip on each block's chain).
+    if constexpr (stages_scales(kKv)) {
+      stage_scales_beside_blocks<kKv, true>(
           params, smem, tile_plan(header, union_size, work.split, params.splits_divisor),
           work.kv_head);
     } else if (threadIdx.x == 0) {

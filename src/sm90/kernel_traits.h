@@ -124,15 +124,19 @@ constexpr uint64_t kCacheHintEvictFirst = 0x12F0000000000000ull;
 // gave the CTA (65536 / (threads x CTAs per SM), rounded down to 8, per thread), or the
 // consumers' increase waits forever.
 // Two consumers, one CTA per SM: 168 a thread at launch; 24 + 2 * 240 = 504 (fp8: 32 + 2 * 232,
-// as its producer's loop spilled at 24; NVFP4: 40 + 2 * 232, for the block-scale stager).
-// One consumer, two CTAs per SM: 128 at launch; 24 + 232 = 256.
+// as its producer's loop spilled at 24; NVFP4 and per-token fp8: 40 + 2 * 232, for the scale
+// stager).
+// One consumer, two CTAs per SM: 128 at launch; 24 + 232 = 256 (per-token fp8: 40 + 216, for
+// the scale stager: at 24 its loop and the plan it shares with the consumers spilled).
 template <int kConsumers, KvFormat kKv = KvFormat::kNative>
 struct RoleConfig {
   static constexpr bool kWideProducer = kConsumers == 2 && kKv != KvFormat::kNative;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
-  static constexpr int kProducerRegisters = is_nvfp4(kKv) ? 40 : kWideProducer ? 32 : 24;
-  static constexpr int kConsumerRegisters = kConsumers == 1 ? 232 : (kWideProducer ? 232 : 240);
+  static constexpr bool kStagesScales = is_nvfp4(kKv) || has_token_scales(kKv);
+  static constexpr int kProducerRegisters = kStagesScales ? 40 : kWideProducer ? 32 : 24;
+  static constexpr int kConsumerRegisters =
+      kConsumers == 1 ? (kStagesScales ? 216 : 232) : (kWideProducer ? 232 : 240);
   static constexpr int kLaunchRegisters = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
                     (1 + kConsumers) * kLaunchRegisters,
@@ -258,9 +262,11 @@ struct Smem {
   __device__ __forceinline__ uint8_t* staged_block_scales(int stage, bool value) const {
     return base + layout.token_scales + (2 * stage + (value ? 1 : 0)) * kNvfp4ScaleTileBytes;
   }
-  // A stage's per-token scales (token_scales.cuh): K's kStagedScaleFloats, then V's.
-  __device__ __forceinline__ float* token_scales(int stage) const {
-    return reinterpret_cast<float*>(base + layout.token_scales) + stage * 2 * kStagedScaleFloats;
+  // A stage's per-token scales of one operand (token_scales.cuh): K's kStagedScaleFloats, then
+  // V's.
+  __device__ __forceinline__ float* staged_token_scales(int stage, bool value) const {
+    return reinterpret_cast<float*>(base + layout.token_scales) +
+           (2 * stage + (value ? 1 : 0)) * kStagedScaleFloats;
   }
   __device__ __forceinline__ int32_t* union_blocks() const {
     return reinterpret_cast<int32_t*>(base + layout.union_blocks);

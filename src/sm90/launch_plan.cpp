@@ -72,11 +72,8 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
       align(candidates * 4, 16) * 2 + align(candidates * layout.mask_words * 4, 16) +
       align(tokens * 4, 16) * 2 + warp_scratch_bytes + align(sizeof(SmemHeader), 16);
   // K and V of one block, and with per-token fp8 scales theirs (2 x kStagedScaleFloats), staged
-  // beside the block by the union tile's converting threads (the decode kernel's warps take
-  // theirs from global memory).
-  // (The token-warp kernel's lanes load theirs from global memory as the decode kernel's do.)
-  const bool token_scales = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 && !plan.decode_kernel &&
-                            !plan.token_warps &&
+  // beside the block by a warp of the producer side in every kernel.
+  const bool token_scales = args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 &&
                             (args.k_token_scale != nullptr || args.v_token_scale != nullptr);
   // The token-warp kernel and the decode kernel read fp8 and NVFP4 stages where they land:
   // compact slots of one box. At two CTAs per SM the decode kernel's fp8 rings then hold two

@@ -177,26 +177,8 @@ __device__ __forceinline__ const uint8_t* swizzled_row(const Nvfp4BlockScales& b
 // ---------------------------------------------------------------------------------------------
 // Staged scales: consumers loading every block's scales themselves put a round trip on each
 // block's chain (eight times over in the token-warp kernel), so the producers stage them beside
-// the block instead, a stage ahead like the data: the token-warp kernel's producer warpgroup's
-// warp 1 (stage_block_scales), the decode kernel's warp 0 (decode_kernel.cuh).
+// the block instead, a stage ahead like the data (producer.cuh: stage_scales_beside_blocks).
 // ---------------------------------------------------------------------------------------------
-
-// One 4-byte asynchronous copy of scale bytes into shared memory, of which the first
-// `source_bytes` (0..4) are read and the rest written as zeros.
-__device__ __forceinline__ void copy_scale_word(uint8_t* destination, const uint8_t* source,
-                                                int source_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_address(destination)),
-               "l"(source), "r"(source_bytes)
-               : "memory");
-}
-
-// Arrives on `barrier` once this thread's asynchronous copies so far have landed (the arrival
-// counts toward the barrier's expected count: .noinc).
-__device__ __forceinline__ void arrive_when_copied(uint64_t* barrier) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
-                   smem_address(barrier))
-               : "memory");
-}
 
 // Staged order: linear (byte key * 8 + col) for K and for V from the swizzled table; V from
 // page-local planes keeps their token-quad order (byte (key / 4) * 32 + col * 4 + key % 4).
@@ -209,7 +191,7 @@ __device__ __forceinline__ void stage_operand_scales(const Nvfp4BlockScales& b, 
     const int valid = min(max(b.valid_keys - 4 * lane, 0), 4);
 #pragma unroll
     for (int w = 0; w < 8; ++w) {
-      copy_scale_word(destination + 4 * w, b.base + 32 * lane + 4 * w, valid);
+      copy_word_async(destination + 4 * w, b.base + 32 * lane + 4 * w, valid);
     }
     return;
   }
@@ -221,32 +203,8 @@ __device__ __forceinline__ void stage_operand_scales(const Nvfp4BlockScales& b, 
                          : b.page_local ? b.base + nvfp4_page_local_key_scale_offset(key, 0)
                                         : swizzled_row(b, key);
     const int high = b.page_local ? 4 : 512;  // columns 4-7
-    copy_scale_word(destination + 8 * i, row, valid ? 4 : 0);
-    copy_scale_word(destination + 8 * i + 4, valid ? row + high : row, valid ? 4 : 0);
-  }
-}
-
-// Warp 1 of the token-warp kernel's producer warpgroup: each union block's K and V scales into
-// its stage's staged_block_scales once the stage is free (the producer's empty barriers), by
-// asynchronous copies, as the producer's TMA loads, so that it never waits for their data;
-// each lane's copies arrive on the stage's full barrier when they land, which counts the
-// producer's arrive and these 32 (init_barriers).
-__device__ inline void stage_block_scales(const AttentionParams& p, const Smem& smem,
-                                          const TilePlan& plan, int kv_head) {
-  const int num_stages = p.smem_layout.num_stages;
-  SmemHeader& header = smem.header();
-  RingCursor ring;
-  for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
-    const int32_t coord = smem.union_coords()[u];
-    const int valid_keys = plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys;
-#pragma unroll 1
-    for (int value = 0; value < 2; ++value) {
-      mbarrier_wait(value ? &header.v_empty[ring.stage] : &header.k_empty[ring.stage],
-                    ring.phase ^ 1);
-      stage_operand_scales(nvfp4_block_scales(p, value, coord, kv_head, valid_keys), value,
-                           smem.staged_block_scales(ring.stage, value));
-      arrive_when_copied(value ? &header.v_full[ring.stage] : &header.k_full[ring.stage]);
-    }
+    copy_word_async(destination + 8 * i, row, valid ? 4 : 0);
+    copy_word_async(destination + 8 * i + 4, valid ? row + high : row, valid ? 4 : 0);
   }
 }
 

@@ -92,8 +92,9 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
                 "the token-warp consumer takes two consumer warpgroups and fp8 or NVFP4 K/V");
   static_assert(!is_nvfp4(kKv) || kTokenWarps,
                 "NVFP4 K/V run the token-warp consumer (the wgmma consumers have no NVFP4 form)");
-  // NVFP4 token warps: the producer warpgroup's warp 1 stages each block's scales beside it.
-  constexpr bool kStagesBlockScales = kTokenWarps && is_nvfp4(kKv);
+  // NVFP4 (token warps) and per-token fp8 (every consumer): the producer warpgroup's warp 1
+  // stages each block's scales beside it.
+  constexpr bool kStagesScales = stages_scales(kKv);
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
   const CtaWork work = cta_work(params);
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
     init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true,
-                  kStagesBlockScales ? 1 + 32 : 1);
+                  full_barrier_arrivals(kKv));
     smem.header().pacing_progress = 0;
     smem.header().pacing_boost = 0;
   } else if (threadIdx.x == 32) {
@@ -126,8 +127,10 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     registers_decrease<Roles::kProducerRegisters>();
     if (threadIdx.x == 0) {
       produce<kConsumers == 2, kKv, kTokenWarps>(params, smem, plan, work.kv_head, speculative);
-    } else if (kStagesBlockScales && threadIdx.x / 32 == 1) {
-      if constexpr (kStagesBlockScales) stage_block_scales(params, smem, plan, work.kv_head);
+    } else if (kStagesScales && threadIdx.x / 32 == 1) {
+      if constexpr (kStagesScales) {
+        stage_scales_beside_blocks<kKv, false>(params, smem, plan, work.kv_head);
+      }
     } else if (kConsumers == 2 && threadIdx.x == 32 && params.pacing_slack > 0) {
       pace(params, smem.header(), plan.slice_end - plan.slice_begin);
     }

@@ -6,11 +6,13 @@
 #include <cute/arch/copy_sm90_tma.hpp>
 
 #include "sm90/kernel_traits.h"
+#include "sm90/nvfp4_convert.cuh"
 #include "sm90/pacing.cuh"
 #include "sm90/params.h"
 #include "sm90/planning.cuh"
 #include "sm90/ptx.cuh"
 #include "sm90/timeline.cuh"
+#include "sm90/token_scales.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -186,6 +188,56 @@ __device__ inline void produce(const AttentionParams& p, const Smem& smem, const
     if (paced) pacing_count_step(header, i + 1);
   }
   if (paced) pacing_leave();
+}
+
+// Formats whose blocks carry scales that the consumers read beside the data: NVFP4's block
+// scales, fp8's per-token scales. Their full barriers count the 32 lanes of the staging warp
+// besides the producer's arrive.
+constexpr bool stages_scales(KvFormat format) {
+  return is_nvfp4(format) || has_token_scales(format);
+}
+constexpr uint32_t full_barrier_arrivals(KvFormat format) { return stages_scales(format) ? 33 : 1; }
+
+// One warp stages each union block's scales into its stage once the stage is free (the
+// producer's empty barriers), by asynchronous copies, as the producer's TMA loads do, so that
+// it never waits for their data; each lane's copies arrive on the stage's full barrier when
+// they land (full_barrier_arrivals). kLoadsBlocks: the warp's lane 0 is also the producer (the
+// decode kernel's warp 0, on compact rings: load_operand's box) where the prefill kernel's
+// producer is another thread (warp 1 of its producer warpgroup stages).
+template <KvFormat kKv, bool kLoadsBlocks>
+__device__ inline void stage_scales_beside_blocks(const AttentionParams& p, const Smem& smem,
+                                                  const TilePlan& plan, int kv_head) {
+  static_assert(stages_scales(kKv), "only NVFP4 and per-token fp8 blocks carry staged scales");
+  const int num_stages = p.smem_layout.num_stages;
+  SmemHeader& header = smem.header();
+  const TokenScaleRows token_scales = token_scale_rows(p, kv_head);
+  constexpr uint32_t kSlotBytes = landed_tile_bytes(kKv);
+  RingCursor ring;
+  for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
+    const int32_t coord = smem.union_coords()[u];
+    const int valid_keys = plan.seqlen_k - smem.union_blocks()[u] * kBlockKeys;
+#pragma unroll 1
+    for (int value = 0; value < 2; ++value) {
+      uint64_t* full = value ? &header.v_full[ring.stage] : &header.k_full[ring.stage];
+      mbarrier_wait(value ? &header.v_empty[ring.stage] : &header.k_empty[ring.stage],
+                    ring.phase ^ 1);
+      if (kLoadsBlocks && threadIdx.x % 32 == 0) {
+        uint8_t* destination = value ? smem.compact_v(ring.stage, kSlotBytes)
+                                     : smem.compact_k(ring.stage, kSlotBytes);
+        load_operand<kKv, true>(p, value ? &p.tma_v : &p.tma_k, full, destination, coord,
+                                kv_head);
+      }
+      if constexpr (is_nvfp4(kKv)) {
+        stage_operand_scales(nvfp4_block_scales(p, value, coord, kv_head, valid_keys), value,
+                             smem.staged_block_scales(ring.stage, value));
+      } else {
+        stage_operand_token_scales(operand_row(token_scales, value),
+                                   block_first_slot(p, coord), valid_keys,
+                                   smem.staged_token_scales(ring.stage, value));
+      }
+      arrive_when_copied(full);
+    }
+  }
 }
 
 }  // namespace flashmsa::sm90

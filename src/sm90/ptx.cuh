@@ -201,6 +201,23 @@ __device__ __forceinline__ void registers_increase() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
 }
 
+// One 4-byte asynchronous copy (cp.async) from global into shared memory, of which the first
+// `source_bytes` (0..4) are read and the rest written as zeros.
+__device__ __forceinline__ void copy_word_async(void* destination, const void* source,
+                                                int source_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_address(destination)),
+               "l"(source), "r"(source_bytes)
+               : "memory");
+}
+
+// Arrives on `barrier` once this thread's asynchronous copies so far have landed (the arrival
+// counts toward the barrier's expected count: .noinc).
+__device__ __forceinline__ void arrive_when_copied(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+                   smem_address(barrier))
+               : "memory");
+}
+
 // ---- wgmma shared-memory matrix descriptors ------------------------------------------------------
 //
 // Operands live in 128-byte-swizzled panels: rows of 128 bytes (64 16-bit values), 8 rows form

@@ -5,17 +5,21 @@
 //   K: the key's score column, after Q K^T (the global scale is already in scale_log2);
 //   V: the key's probability column, after the row sums took it and before it is rounded for
 //      P V, so that O accumulates P * v_scale * V.
-// A thread holds columns 8 j + 2 (lane % 4) + c of its keys (mma.cuh's accumulator layout), so
-// it needs those columns' scales; each scale is loaded from global memory once per block and
-// warp (one-token consumer) or CTA (wgmma consumers, staged in shared memory). Slots of keys
-// past the request's end may never have been written (an engine writes a slot's scale with its
-// key), so they read as 0, not as whatever the memory holds (0 * NaN would be NaN where P is 0).
+// Every kernel's producer side stages a block's scales beside its stage, as asynchronous copies
+// that land on the stage's full barriers with the data (producer.cuh: stage_scales_beside_blocks),
+// and the consumers read them from there: loaded by the consumers themselves, they put a global
+// round trip, or shuffles, on each block's chain. A consumer reads K's scales before it
+// releases K's stage and V's before it releases V's, as it reads their data.
+// Slots of keys past the request's end may never have been written (an engine writes a slot's
+// scale with its key), so they are staged as 0, not as whatever the memory holds (0 * NaN would
+// be NaN where P is 0).
 #pragma once
 
 #include <stdint.h>
 
 #include "sm90/kernel_traits.h"
 #include "sm90/params.h"
+#include "sm90/ptx.cuh"
 
 namespace flashmsa::sm90 {
 
@@ -46,56 +50,44 @@ __device__ __forceinline__ int64_t block_first_slot(const AttentionParams& p, in
   return p.is_paged ? static_cast<int64_t>(coord) * kBlockKeys : static_cast<int64_t>(coord);
 }
 
-// The scale of key `column` of a block whose key 0 has slot first_slot; keys at or past
-// valid_keys (the request's end) get 0.
-__device__ __forceinline__ float column_scale(const TokenScaleRow& row, int64_t first_slot,
-                                              int column, int valid_keys) {
-  const int64_t slot = first_slot + column;
-  return column < valid_keys && slot < row.slots ? __ldg(row.scales + slot) : 0.f;
+// The staged order (kernel_traits.h kStagedScaleFloats): column 8 j + 2 q + c at row q,
+// position 2 j + c, so that a thread of column quad q = lane % 4 (mma.cuh's accumulator layout:
+// it holds columns 8 j + 2 (lane % 4) + c) reads its columns' scales as float4s, and a warp's
+// read is four distinct 16-byte words, broadcast: one shared-memory wavefront each.
+__device__ __forceinline__ int staged_scale_position(int key) {
+  return (key / 2 % 4) * kStagedScaleRowFloats + key / 8 * 2 + key % 2;
 }
 
-// The prefill kernel's wgmma consumers stage a block's scales in shared memory beside its stage
-// (Smem::token_scales), written by the threads that rewrite its rows (kv_convert.cuh: a row a
-// thread, K's rows then V's, or warpgroup 0 K's and warpgroup 1 V's) before the barrier that
-// publishes the rewrite. They are staged permuted (kernel_traits.h kStagedScaleFloats): column
-// 8 j + 2 q + c at row q, position 2 j + c, so that a thread of column quad q = lane % 4 reads
-// its 32 columns' scales as 8 float4 (a warp's read is four distinct 16-byte words, broadcast:
-// one shared-memory wavefront each, half of what 16 float2 pairs cost).
-// A converting thread loads its key's scales one block ahead (load_block_token_scales for block
-// u + 1 while block u runs) and stores them with the block's rewrite, so the load's latency is
-// off the rewrite's chain. `thread`: 0 .. 128 * kConsumers - 1 of the converting threads.
-struct KeyTokenScales {
-  float k, v;  // this thread's key's scales (1 where the call has none)
-};
-
-template <int kConsumers>
-__device__ __forceinline__ KeyTokenScales load_block_token_scales(const TokenScaleRows& rows,
-                                                                  int64_t first_slot,
-                                                                  int valid_keys, int thread) {
-  const int key = thread % kBlockKeys;
-  auto scale_of = [&](const TokenScaleRow& row) {
-    return row.scales == nullptr ? 1.f : column_scale(row, first_slot, key, valid_keys);
-  };
-  KeyTokenScales scales{1.f, 1.f};
-  if (kConsumers == 1 || thread < kBlockKeys) scales.k = scale_of(rows.k);
-  if (kConsumers == 1 || thread >= kBlockKeys) scales.v = scale_of(rows.v);
-  return scales;
+// One operand's row of the call's scales (selected field by field: a runtime choice between
+// the two rows of a struct puts it in local memory).
+__device__ __forceinline__ TokenScaleRow operand_row(const TokenScaleRows& rows, bool value) {
+  return {value ? rows.v.scales : rows.k.scales, value ? rows.v.slots : rows.k.slots};
 }
 
-template <int kConsumers>
-__device__ __forceinline__ void store_block_token_scales(const KeyTokenScales& scales,
-                                                         float* stage_scales, int thread) {
-  const int key = thread % kBlockKeys;
-  const int position = (key / 2 % 4) * kStagedScaleRowFloats + key / 8 * 2 + key % 2;
-  if (kConsumers == 1 || thread < kBlockKeys) stage_scales[position] = scales.k;
-  if (kConsumers == 1 || thread >= kBlockKeys) {
-    stage_scales[kStagedScaleFloats + position] = scales.v;
+// One operand's scales of a block whose key 0 has slot first_slot into `staged`: lane l copies
+// keys 4 l .. 4 l + 3, zero at or past valid_keys (the request's end) and past the row. A call
+// without this operand's scales stages nothing (its consumers do not multiply). Key 4 l + i's
+// position is key 4 l's plus (i / 2) rows plus i % 2 (staged_scale_position: 2 l % 4 is even).
+__device__ __forceinline__ void stage_operand_token_scales(const TokenScaleRow& row,
+                                                           int64_t first_slot, int valid_keys,
+                                                           float* staged) {
+  if (row.scales == nullptr) return;
+  const int first_key = 4 * static_cast<int>(threadIdx.x % 32);
+  const int64_t row_keys = min(max(row.slots - first_slot, int64_t{0}), int64_t{kBlockKeys});
+  const int keys = min(valid_keys, static_cast<int>(row_keys));
+  const float* source = row.scales + first_slot + first_key;
+  float* destination = staged + staged_scale_position(first_key);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const bool valid = first_key + i < keys;
+    copy_word_async(destination + (i / 2) * kStagedScaleRowFloats + i % 2,
+                    valid ? source + i : row.scales, valid ? 4 : 0);
   }
 }
 
-// Accumulator values times their column's scale from one operand's staged scales (column 8 j +
-// 2 (lane % 4) + c of element 4 j + 2 h + c; a block's 128 columns, 64 values a thread): float4
-// i holds the scales of j = 2 i (x, y) and 2 i + 1 (z, w).
+// Accumulator values times their column's scale (column 8 j + 2 (lane % 4) + c of element 4 j +
+// 2 h + c): float4 i of the thread's staged row holds the scales of j = 2 i (x, y) and 2 i + 1
+// (z, w).
 template <int kScores>
 __device__ __forceinline__ void scale_column_quad(float (&s)[kScores], int i, float4 scale) {
 #pragma unroll
@@ -111,6 +103,7 @@ __device__ __forceinline__ const float4* staged_column_scales(const float* stage
   return reinterpret_cast<const float4*>(staged_scales + (threadIdx.x % 4) * kStagedScaleRowFloats);
 }
 
+// A block's 128 columns, 64 values a thread (the wgmma consumers' and the token warps').
 template <int kScores>
 __device__ __forceinline__ void scale_columns_from_stage(float (&s)[kScores],
                                                          const float* staged_scales) {
@@ -118,6 +111,17 @@ __device__ __forceinline__ void scale_columns_from_stage(float (&s)[kScores],
   const float4* row = staged_column_scales(staged_scales);
 #pragma unroll
   for (int i = 0; i < kScores / 8; ++i) scale_column_quad(s, i, row[i]);
+}
+
+// The one-token consumer's warp w: its 32 keys 32 w .. 32 w + 31 (16 values a thread).
+template <int kScores>
+__device__ __forceinline__ void scale_warp_columns_from_stage(float (&s)[kScores],
+                                                              const float* staged_scales,
+                                                              int warp) {
+  static_assert(kScores == 16, "a thread holds 16 values of its warp's 32 columns");
+  const float4* row = staged_column_scales(staged_scales) + 2 * warp;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) scale_column_quad(s, i, row[i]);
 }
 
 // The scores' scales in two halves: the first read while the scores' wgmma runs, so that the
@@ -144,46 +148,6 @@ __device__ __forceinline__ void scale_columns_from_stage(float (&s)[kScores],
 #pragma unroll
   for (int i = 0; i < kScores / 8; ++i) {
     scale_column_quad(s, i, i < kBlockKeys / 32 ? early.value[i] : row[i]);
-  }
-}
-
-// The one-token consumer's warps each score 32 keys: lane l loads key first_key + l's scale (one
-// coalesced load a warp; keys past valid_keys read 0), and each thread takes its columns'
-// scales from their lanes (column 8 j + 2 (lane % 4) + c of the warp's keys, element 4 j + 2 h +
-// c).
-__device__ __forceinline__ float load_lane_key_scale(const TokenScaleRow& row, int64_t first_slot,
-                                                     int first_key, int valid_keys) {
-  return column_scale(row, first_slot, first_key + static_cast<int>(threadIdx.x % 32),
-                      valid_keys);
-}
-
-// Blocks of more keys (the token-warp consumer's 128): lane_scale[r] holds key 32 r + lane's.
-template <int kScores>
-__device__ __forceinline__ void scale_columns_by_lanes(float (&s)[kScores],
-                                                       const float (&lane_scale)[kScores / 16]) {
-  const int base = 2 * (threadIdx.x % 4);
-#pragma unroll
-  for (int j = 0; j < kScores / 4; ++j) {
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const float scale = __shfl_sync(0xffffffffu, lane_scale[j / 4], base + 8 * (j % 4) + c);
-      s[4 * j + c] *= scale;
-      s[4 * j + 2 + c] *= scale;
-    }
-  }
-}
-template <int kScores>
-__device__ __forceinline__ void scale_columns_by_lanes(float (&s)[kScores], float lane_scale) {
-  const float lane_scales[1] = {lane_scale};
-  scale_columns_by_lanes(s, lane_scales);
-}
-__device__ __forceinline__ void load_lane_key_scales(const TokenScaleRow& row, int64_t first_slot,
-                                                     int valid_keys, float (&lane_scale)[4]) {
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    lane_scale[r] = row.scales == nullptr
-                        ? 1.f
-                        : load_lane_key_scale(row, first_slot, 32 * r, valid_keys);
   }
 }
 

@@ -119,7 +119,7 @@ __device__ __forceinline__ void token_warp_values(const uint32_t (&p)[kBlockScor
 
 // NVFP4 stages (kNvfp4): 128 key rows of 64 packed bytes, unswizzled (a warp's 16-byte reads
 // of eight consecutive rows, or of 8 bytes from four rows, cover whole rows), and the block's
-// scales staged beside them (stage_block_scales).
+// scales staged beside them (producer.cuh: stage_scales_beside_blocks).
 // S = Q K^T as token_warp_scores: lane (g, l) reads bytes 16l .. 16l + 15 of key 8j + g, dims
 // 32l .. 32l + 31, which are exactly the dims load_token_warp_queries gives k-steps 0..7 (k-step
 // e: dims 32l + 4e .. + 3); word i holds k-steps 2i and 2i + 1, scale column 2l + i / 2 (the
@@ -258,15 +258,6 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
       sees_any |= visible[h] > 0;
     }
     const bool reads = __any_sync(0xffffffffu, sees_any);
-    // Per-token scales (token_scales.cuh: each lane loads four keys' of a block, the columns
-    // take theirs by shuffles): K's before K lands, V's once S is done (so that they are not
-    // held beside S's accumulators: with both there the loop spilled).
-    float k_scale[4], v_scale[4];
-    const int64_t first_slot = kTokenScales ? block_first_slot(p, smem.union_coords()[u]) : 0;
-    const int valid_keys = plan.seqlen_k - block_first_key;
-    if (kTokenScales && reads) {
-      load_lane_key_scales(token_scales.k, first_slot, valid_keys, k_scale);
-    }
     mbarrier_wait(&header.k_full[stage], phase);
     if (!reads) {
       // Arrive on both rings in order, without reading: V's arrival waits for V(u) to land, so
@@ -283,17 +274,23 @@ __device__ inline void consume_token_warps(const AttentionParams& p, const Smem&
     } else {
       token_warp_scores<Element>(q, smem.compact_k(stage, kSlotBytes), s);
     }
-    release_stage(&header.k_empty[stage]);
-    if constexpr (kTokenScales) {
-      load_lane_key_scales(token_scales.v, first_slot, valid_keys, v_scale);
+    // Per-token scales, staged beside the block (token_scales.cuh): K's read before its stage
+    // is released.
+    if (kTokenScales && token_scales.k.scales != nullptr) {
+      scale_columns_from_stage(s, smem.staged_token_scales(stage, false));
     }
+    release_stage(&header.k_empty[stage]);
     uint32_t probabilities[kBlockScores / 2];
     float correction[2];
     if constexpr (kTokenScales) {
-      scale_columns_by_lanes(s, k_scale);
       softmax.template update<Element>(
           s, visible, scales.scale_log2, p.lse_temperature, probabilities, correction,
-          [&](float(&x)[kBlockScores]) { scale_columns_by_lanes(x, v_scale); });
+          [&](float(&x)[kBlockScores]) {
+            if (token_scales.v.scales != nullptr) {
+              mbarrier_wait(&header.v_full[stage], phase);  // V's scales land with V
+              scale_columns_from_stage(x, smem.staged_token_scales(stage, true));
+            }
+          });
     } else {
       softmax.template update<Element>(s, visible, scales.scale_log2, p.lse_temperature,
                                        probabilities, correction);

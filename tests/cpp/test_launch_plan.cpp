@@ -227,28 +227,33 @@ TEST(LaunchPlan, ConvertedKvTakeTheDecodeKernelForMultiTokenPrediction) {
   }
 }
 
-// Per-token fp8 scales keep fp8's plan; the union tile stages a block's 2 x 128 scales per
-// stage (in rows of 40 floats, 2 x 160) in shared memory of its own, the decode kernel none.
+// Per-token fp8 scales keep fp8's plan, stages included, in every kernel (the union tile, the
+// token warps, the decode kernel's compact rings); a block's 2 x 128 scales are staged per
+// stage (in rows of 40 floats, 2 x 160) in shared memory of their own, after the rings.
 TEST(LaunchPlan, Fp8TokenScalesKeepTheShapesAndStageTheirScales) {
   static const float kScale = 1.0f;
-  for (const Shape& shape : {kDecodeBatch1, kDecodeBatch64, kMtpBatch32, kPrefill32K}) {
-    flashmsa_args fp8 = args_of(shape);
-    fp8.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
-    flashmsa_args scaled = fp8;
-    scaled.k_token_scale = scaled.v_token_scale = &kScale;
-    // In the union tile (the token-warp kernel stages none: below).
-    flashmsa_tuning union_tile = sm90::default_tuning();
-    union_tile.token_warps = 0;
-    const LaunchPlan plain = plan_launch(fp8, h200(), union_tile);
-    const LaunchPlan plan = plan_launch(scaled, h200(), union_tile);
-    SCOPED_TRACE(name(shape));
-    expect_same_kernel_and_grid(plan, plain);
-    const uint32_t staged = plan.smem.union_blocks - plan.smem.token_scales;
-    const uint32_t slot_bytes = plan.decode_kernel ? sm90::kFp8TileBytes : sm90::kKvTileBytes;
-    EXPECT_EQ(plan.smem.token_scales, plan.smem.v + plan.smem.num_stages * slot_bytes);
-    EXPECT_EQ(staged, plan.decode_kernel ? 0u : plan.smem.num_stages * 2u * 160u * 4u);
-    EXPECT_EQ(plan.smem.bytes, plain.smem.bytes + staged);
-    EXPECT_EQ(plain.smem.union_blocks, plain.smem.token_scales);
+  flashmsa_tuning union_tile = sm90::default_tuning();
+  union_tile.token_warps = 0;
+  for (const flashmsa_tuning& tuning : {sm90::default_tuning(), union_tile}) {
+    for (const Shape& shape : {kDecodeBatch1, kDecodeBatch64, kMtpBatch32, kPrefill32K}) {
+      flashmsa_args fp8 = args_of(shape);
+      fp8.kv_dtype = FLASHMSA_DTYPE_FP8_E4M3;
+      flashmsa_args scaled = fp8;
+      scaled.k_token_scale = scaled.v_token_scale = &kScale;
+      const LaunchPlan plain = plan_launch(fp8, h200(), tuning);
+      const LaunchPlan plan = plan_launch(scaled, h200(), tuning);
+      SCOPED_TRACE(name(shape));
+      SCOPED_TRACE(tuning.token_warps);
+      expect_same_kernel_and_grid(plan, plain);
+      EXPECT_EQ(plan.token_warps, plain.token_warps);
+      const bool compact = plan.token_warps || plan.decode_kernel;
+      const uint32_t slot_bytes = compact ? sm90::kFp8TileBytes : sm90::kKvTileBytes;
+      const uint32_t staged = plan.smem.union_blocks - plan.smem.token_scales;
+      EXPECT_EQ(plan.smem.token_scales, plan.smem.v + plan.smem.num_stages * slot_bytes);
+      EXPECT_EQ(staged, plan.smem.num_stages * 2u * 160u * 4u);
+      EXPECT_EQ(plan.smem.bytes, plain.smem.bytes + staged);
+      EXPECT_EQ(plain.smem.union_blocks, plain.smem.token_scales);
+    }
   }
 }
 
@@ -284,14 +289,15 @@ TEST(LaunchPlan, TokenWarpsTakeTheTwoConsumerFp8KernelOnCompactRings) {
   EXPECT_TRUE(plan_launch(short_context, h200(), sm90::default_tuning()).token_warps);
   flashmsa_tuning forced = sm90::default_tuning();
   forced.token_warps = 1;
-  // Per-token scales too, with no staged scales (its lanes load theirs).
+  // Per-token scales too, on the same rings (their staged scales:
+  // Fp8TokenScalesKeepTheShapesAndStageTheirScales).
   flashmsa_args scaled = fp8;
   const float token_scale = 1.f;
   scaled.k_token_scale = scaled.v_token_scale = &token_scale;
   const LaunchPlan scaled_plan = plan_launch(scaled, h200(), sm90::default_tuning());
   EXPECT_TRUE(scaled_plan.token_warps);
-  EXPECT_EQ(scaled_plan.smem.token_scales, scaled_plan.smem.union_blocks);
-  EXPECT_EQ(scaled_plan.smem.bytes, warps.smem.bytes);
+  EXPECT_EQ(scaled_plan.smem.num_stages, warps.smem.num_stages);
+  EXPECT_EQ(scaled_plan.smem.token_scales, warps.smem.union_blocks);
   // Never bf16 or decode.
   EXPECT_FALSE(plan_of(kPrefill32K, forced).token_warps);
   flashmsa_args decode = args_of(kDecodeBatch64);
