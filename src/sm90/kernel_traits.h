@@ -55,6 +55,13 @@ constexpr bool is_fp8(KvFormat format) {
 constexpr bool is_nvfp4(KvFormat format) { return format == KvFormat::kNvfp4; }
 constexpr bool is_converted(KvFormat format) { return format != KvFormat::kNative; }
 constexpr bool has_token_scales(KvFormat format) { return format == KvFormat::kFp8TokenScaled; }
+// Formats whose blocks carry scales that the consumers read beside the data: NVFP4's block
+// scales, fp8's per-token scales. Their full barriers count the 32 lanes of the staging warp
+// besides the producer's arrive.
+constexpr bool stages_scales(KvFormat format) {
+  return is_nvfp4(format) || has_token_scales(format);
+}
+constexpr uint32_t full_barrier_arrivals(KvFormat format) { return stages_scales(format) ? 33 : 1; }
 constexpr uint32_t kFp8TileBytes = kBlockKeys * kHeadDim;  // one operand of one block: 16 KiB
 constexpr uint32_t kNvfp4RowBytes = kHeadDim / 2;
 constexpr uint32_t kNvfp4TileBytes = kBlockKeys * kNvfp4RowBytes;  // 8 KiB
@@ -133,10 +140,9 @@ struct RoleConfig {
   static constexpr bool kWideProducer = kConsumers == 2 && kKv != KvFormat::kNative;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
-  static constexpr bool kStagesScales = is_nvfp4(kKv) || has_token_scales(kKv);
-  static constexpr int kProducerRegisters = kStagesScales ? 40 : kWideProducer ? 32 : 24;
+  static constexpr int kProducerRegisters = stages_scales(kKv) ? 40 : kWideProducer ? 32 : 24;
   static constexpr int kConsumerRegisters =
-      kConsumers == 1 ? (kStagesScales ? 216 : 232) : (kWideProducer ? 232 : 240);
+      kConsumers == 1 ? (stages_scales(kKv) ? 216 : 232) : (kWideProducer ? 232 : 240);
   static constexpr int kLaunchRegisters = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
                     (1 + kConsumers) * kLaunchRegisters,

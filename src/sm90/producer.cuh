@@ -190,14 +190,6 @@ __device__ inline void produce(const AttentionParams& p, const Smem& smem, const
   if (paced) pacing_leave();
 }
 
-// Formats whose blocks carry scales that the consumers read beside the data: NVFP4's block
-// scales, fp8's per-token scales. Their full barriers count the 32 lanes of the staging warp
-// besides the producer's arrive.
-constexpr bool stages_scales(KvFormat format) {
-  return is_nvfp4(format) || has_token_scales(format);
-}
-constexpr uint32_t full_barrier_arrivals(KvFormat format) { return stages_scales(format) ? 33 : 1; }
-
 // One warp stages each union block's scales into its stage once the stage is free (the
 // producer's empty barriers), by asynchronous copies, as the producer's TMA loads do, so that
 // it never waits for their data; each lane's copies arrive on the stage's full barrier when
