@@ -38,9 +38,10 @@ typedef struct flashmsa_tuning {
   int32_t cluster;           /* 0: one-consumer and decode splits merge through the workspace */
   int32_t push;              /* 0: cluster reductions pull instead of push */
   int32_t warp_plan;         /* two-consumer tiles: 0 block-wide plan, 1 the rule, 2 sorted */
-  int32_t token_warps;       /* two-consumer tiles of fp8 K/V: 1 each warp its own rows' blocks,
-                                converting in registers (token_warp_consumer.cuh), 0 the union
-                                tile's rewrite */
+  int32_t token_warps;       /* two-consumer tiles of fp8 or NVFP4 K/V: 1 each warp its own
+                                rows' blocks, converting in registers (token_warp_consumer.cuh;
+                                fp8's default), 0 the union tile, its stages rewritten by the
+                                producer's converter warps (NVFP4's default) */
 } flashmsa_tuning;
 
 /* Every field FLASHMSA_TUNING_DEFAULT. */

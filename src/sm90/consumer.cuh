@@ -158,14 +158,26 @@ __device__ __forceinline__ void load_tile_queries(const AttentionParams& p, cons
   FLASHMSA_MARK(kMarkQueriesLoaded);
 }
 
-// Runs after load_tile_queries and planning. kKv: converted formats' K and V stages are
-// rewritten by all consumer threads (kv_convert.cuh) once both landed, whether or not this
-// warpgroup reads the block; kFp8TokenScaled also applies per-token scales (token_scales.cuh).
+// Runs after load_tile_queries and planning. kKv: converted formats' K and V stages are read
+// once rewritten as q's dtype, by the converter warps (two consumers) or by all consumer threads
+// (one consumer: kv_convert.cuh) once both landed, whether or not this warpgroup reads the
+// block; kFp8TokenScaled also applies per-token scales (token_scales.cuh).
 template <typename Element, bool kTemperatureLse, int kConsumers,
           KvFormat kKv = KvFormat::kNative>
 __device__ inline void consume(const AttentionParams& p, const Smem& smem, const TilePlan& plan,
                         int kv_head, int head_chunk) {
-  constexpr bool kConverts = kKv != KvFormat::kNative;
+  // Converted formats' stages are rewritten by the producer warpgroup's converter warps
+  // (two consumers: producer_converts), whose converted barriers say when a stage is readable,
+  // or by these warpgroups (one consumer: kv_convert.cuh).
+  constexpr bool kProducerConverts = producer_converts(kConsumers, kKv, false);
+  constexpr bool kConsumersConvert = is_converted(kKv) && !kProducerConverts;
+  SmemHeader& header = smem.header();
+  auto k_readable = [&](int stage) {
+    return kProducerConverts ? &header.k_converted[stage] : &header.k_full[stage];
+  };
+  auto v_readable = [&](int stage) {
+    return kProducerConverts ? &header.v_converted[stage] : &header.v_full[stage];
+  };
   const int warpgroup = threadIdx.x / 128 - 1;
   const int thread = threadIdx.x % 128;
   const int lane = thread % 32;
@@ -219,18 +231,19 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
       needed |= w < p.smem_layout.mask_words && (selected_by[w] & own_tokens[w]) != 0;
     }
     needed &= !share_rows || (u - plan.slice_begin) % 2 == warpgroup;
-    mbarrier_wait(&smem.header().k_full[stage], phase);
+    mbarrier_wait(k_readable(stage), phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
     FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
-    if constexpr (kConverts) {
-      mbarrier_wait(&smem.header().v_full[stage], phase);
+    if constexpr (kConsumersConvert) {
+      mbarrier_wait(&header.v_full[stage], phase);
       convert_block_by_consumers<Element, kConsumers>(smem.k(stage), smem.v(stage));
     }
     if (!needed) {
-      // Arrive on both rings in order, without reading: keeps the barrier phases aligned.
-      mbarrier_arrive(&smem.header().k_empty[stage]);
-      mbarrier_wait(&smem.header().v_full[stage], phase);
-      mbarrier_arrive(&smem.header().v_empty[stage]);
+      // Arrive on both rings in order, without reading: keeps the barrier phases aligned (and a
+      // stage is released only once it is readable: no load or rewrite of it is in flight).
+      mbarrier_arrive(&header.k_empty[stage]);
+      mbarrier_wait(v_readable(stage), phase);
+      mbarrier_arrive(&header.v_empty[stage]);
       continue;
     }
     Accumulator s;
@@ -266,7 +279,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     if (scales_keys && warp_reads) {
       scale_columns_from_stage(s, smem.staged_token_scales(stage, false), early_key_scales);
     }
-    mbarrier_arrive(&smem.header().k_empty[stage]);
+    mbarrier_arrive(&header.k_empty[stage]);
 
     uint32_t probabilities[32];
     if (warp_reads) {
@@ -294,7 +307,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     }
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
 
-    mbarrier_wait(&smem.header().v_full[stage], phase);
+    mbarrier_wait(v_readable(stage), phase);
     FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
     if (plan.seqlen_k - block_first_key < kBlockKeys) {
       zero_value_tail(smem.v(stage), plan.seqlen_k - block_first_key, warpgroup);
@@ -303,7 +316,7 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     cute::warpgroup_wait<0>();
     fence_accumulator(o);
     fence_fragment(probabilities);
-    mbarrier_arrive(&smem.header().v_empty[stage]);
+    mbarrier_arrive(&header.v_empty[stage]);
   }
 
   FLASHMSA_MARK(kMarkLoopDone);

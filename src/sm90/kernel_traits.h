@@ -62,6 +62,16 @@ constexpr bool stages_scales(KvFormat format) {
   return is_nvfp4(format) || has_token_scales(format);
 }
 constexpr uint32_t full_barrier_arrivals(KvFormat format) { return stages_scales(format) ? 33 : 1; }
+// The two-consumer union tile's fp8 and NVFP4 stages are rewritten in place as q's dtype by the
+// producer warpgroup's warps 2 and 3 (convert_stages, producer.cuh) while the consumers compute
+// the previous block; the consumers wait on the stage's converted barriers (kConverterThreads
+// arrivals) instead of its full ones. The one-consumer shape's consumers rewrite fp8 themselves
+// (its one-token tiles read the landed bytes), and token warps convert in registers.
+constexpr bool producer_converts(int consumers, KvFormat format, bool token_warps) {
+  return consumers == 2 && is_converted(format) && !token_warps;
+}
+constexpr int kFirstConverterThread = 64;
+constexpr uint32_t kConverterThreads = 64;
 constexpr uint32_t kFp8TileBytes = kBlockKeys * kHeadDim;  // one operand of one block: 16 KiB
 constexpr uint32_t kNvfp4RowBytes = kHeadDim / 2;
 constexpr uint32_t kNvfp4TileBytes = kBlockKeys * kNvfp4RowBytes;  // 8 KiB
@@ -87,6 +97,9 @@ constexpr uint32_t kConsumerBarrier = 1;
 // Named barrier of both consumer warpgroups of the prefill kernel (256 threads): the exchange of
 // shared-rows mode and the rewrite of converted stages.
 constexpr uint32_t kBothConsumersBarrier = 3;
+// Named barrier of the producer warpgroup's converter warps (producer_converts; id 4 is warp
+// planning's speculation barrier).
+constexpr uint32_t kConverterBarrier = 5;
 // One-token decode tiles (decode_consumer.cuh) hold one mma.sync row tile of query heads.
 constexpr int kDecodeRows = 16;
 // What a split CTA of a one-token tile pushes into a row owner's shared memory (cluster_reduce.cuh:
@@ -130,9 +143,9 @@ constexpr uint64_t kCacheHintEvictFirst = 0x12F0000000000000ull;
 // moves registers between the warpgroups of one CTA only: the sum may not pass what the launch
 // gave the CTA (65536 / (threads x CTAs per SM), rounded down to 8, per thread), or the
 // consumers' increase waits forever.
-// Two consumers, one CTA per SM: 168 a thread at launch; 24 + 2 * 240 = 504 (fp8: 32 + 2 * 232,
-// as its producer's loop spilled at 24; NVFP4 and per-token fp8: 40 + 2 * 232, for the scale
-// stager).
+// Two consumers, one CTA per SM: 168 a thread at launch; 24 + 2 * 240 = 504 (converted formats:
+// 40 + 2 * 232, for the scale stager and the converter warps; fp8's producer loop alone spilled
+// at 24).
 // One consumer, two CTAs per SM: 128 at launch; 24 + 232 = 256 (per-token fp8: 40 + 216, for
 // the scale stager: at 24 its loop and the plan it shares with the consumers spilled).
 template <int kConsumers, KvFormat kKv = KvFormat::kNative>
@@ -140,9 +153,12 @@ struct RoleConfig {
   static constexpr bool kWideProducer = kConsumers == 2 && kKv != KvFormat::kNative;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
-  static constexpr int kProducerRegisters = stages_scales(kKv) ? 40 : kWideProducer ? 32 : 24;
+  static constexpr bool kNvfp4Converters = kConsumers == 2 && is_nvfp4(kKv);
+  static constexpr int kProducerRegisters =
+      kNvfp4Converters ? 56 : stages_scales(kKv) || kWideProducer ? 40 : 24;
   static constexpr int kConsumerRegisters =
-      kConsumers == 1 ? (stages_scales(kKv) ? 216 : 232) : (kWideProducer ? 232 : 240);
+      kConsumers == 1 ? (stages_scales(kKv) ? 216 : 232)
+                      : (kNvfp4Converters ? 224 : kWideProducer ? 232 : 240);
   static constexpr int kLaunchRegisters = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
                     (1 + kConsumers) * kLaunchRegisters,
@@ -157,6 +173,8 @@ struct SmemHeader {
   uint64_t k_empty[kMaxStages];  // all consumer threads done with K of the stage
   uint64_t v_full[kMaxStages];
   uint64_t v_empty[kMaxStages];
+  uint64_t k_converted[kMaxStages];  // producer_converts: the converter warps rewrote K
+  uint64_t v_converted[kMaxStages];
   int32_t warp_totals[kMaxThreads / 32];  // planning's block-wide scan
   int32_t batch_index;
   int32_t tile_first_row;

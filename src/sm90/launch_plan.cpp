@@ -84,9 +84,9 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   const uint32_t box_bytes = nvfp4 ? kNvfp4TileBytes : kFp8TileBytes;
   const bool compact = plan.token_warps || (plan.decode_kernel && converted);
   const uint32_t slot_bytes = compact ? box_bytes : kKvTileBytes;
-  // NVFP4's block scales, staged beside the block by the producers of both kernels that read
-  // it (every NVFP4 ring is compact).
-  const bool staged_block_scales = compact && nvfp4;
+  // NVFP4's block scales, staged beside the block by the producers of every kernel that reads
+  // it (beside the rewritten full stages of the union tile, too).
+  const bool staged_block_scales = nvfp4;
   const uint32_t scale_bytes = token_scales          ? 2 * kStagedScaleFloats * sizeof(float)
                                : staged_block_scales ? 2 * kNvfp4ScaleTileBytes
                                                      : 0;
@@ -186,8 +186,9 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   c.decode_kernel = takes_one_token_kernel(decode_shape, args.total_q, args.batch_size,
                                            args.num_kv_heads, sms,
                                            tuned(tuning.decode_kernel, converts_kv ? 2 : 1, 0, 2));
-  // NVFP4 K/V run only the decode kernel and the two-consumer kernel's token warps (the wgmma
-  // consumers have no NVFP4 form), so the one-consumer shape only as the decode kernel.
+  // NVFP4 K/V run only the decode kernel and the two-consumer kernel (its converter warps
+  // rewrite the stages for the union tile, or its token warps convert in registers), so the
+  // one-consumer shape only as the decode kernel.
   const bool nvfp4 = args.kv_dtype == FLASHMSA_DTYPE_NVFP4;
   const bool one_consumer =
       c.decode_kernel || (!nvfp4 && (args.total_q <= args.batch_size * rows_tokens ||
@@ -354,9 +355,11 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   // a request holds, but the host knows them only for paged calls (the page table's width) and
   // a flat call would then take another kernel than the same call paged (other bits); so every
   // such call takes token warps.
-  c.token_warps = c.num_consumer_warpgroups == 2 && !c.decode_kernel &&
-                  (nvfp4 || (args.kv_dtype == FLASHMSA_DTYPE_FP8_E4M3 &&
-                             tuned(tuning.token_warps, 1, 0, 1) == 1));
+  // NVFP4 takes the union tile, its stages rewritten in place by the producer warpgroup's
+  // converter warps while the consumers compute (producer_converts), unless the override asks
+  // for token warps.
+  c.token_warps = c.num_consumer_warpgroups == 2 && !c.decode_kernel && converts_kv &&
+                  tuned(tuning.token_warps, nvfp4 ? 0 : 1, 0, 1) == 1;
   c.smem = smem_layout(args, c, tuning);
   // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).
   if (c.smem.num_stages < (c.num_consumer_warpgroups == 2 ? 2 : 1)) {

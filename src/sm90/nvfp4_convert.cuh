@@ -1,5 +1,6 @@
-// NVFP4 K/V (KvFormat::kNvfp4) converted in registers on their way into the products, and the
-// block scales the producers stage beside each block for it (contract section 6).
+// NVFP4 K/V (KvFormat::kNvfp4) converted in registers on their way into the products or in
+// place in shared memory, and the block scales the producers stage beside each block for it
+// (contract section 6).
 //
 // A value is e2m1 * scale: an E2M1 magnitude (0, 0.5, 1, 1.5, 2, 3, 4, 6) has two significant
 // bits and an E4M3 scale four, so their product is exact in bf16 and fp16 (at most six bits,
@@ -205,6 +206,85 @@ __device__ __forceinline__ void stage_operand_scales(const Nvfp4BlockScales& b, 
     const int high = b.page_local ? 4 : 512;  // columns 4-7
     copy_word_async(destination + 8 * i, row, valid ? 4 : 0);
     copy_word_async(destination + 8 * i + 4, valid ? row + high : row, valid ? 4 : 0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// In place (the two-consumer union tile: producer_converts, kernel_traits.h). A block's packed
+// rows land in the last quarter of a full 32 KiB stage (row r at 24 KiB + 64 r), and the
+// producer warpgroup's converter warps rewrite the stage as q's dtype in the native two-panel
+// layout that its wgmma read (kv_convert.cuh), a unit of 32 dims (one 16-byte packed chunk, two
+// scale columns) at a time. Panel 0 (the lower 16 KiB) and panel 1's rows 0-63 (16-24 KiB) lie
+// below the packed rows; panel 1's row 64 + i covers packed rows 2i and 2i + 1. So all units
+// but dims 64-127 of rows 64-127 are rewritten at once; those 128 units are read into
+// registers first and written after a barrier of the converter warps, when every packed row
+// has been read.
+// ---------------------------------------------------------------------------------------------
+
+// The staged scale bytes of columns 2 chunk and 2 chunk + 1 of `key` (stage_operand_scales'
+// orders: linear, or token quads for V from page-local planes), low byte first.
+__device__ __forceinline__ uint32_t staged_scale_pair(const uint8_t* staged, int key, int chunk,
+                                                      bool token_quads) {
+  if (!token_quads) return *reinterpret_cast<const uint16_t*>(staged + key * 8 + 2 * chunk);
+  const uint8_t* quad = staged + (key / 4) * 32 + key % 4 + 8 * chunk;
+  return quad[0] | (static_cast<uint32_t>(quad[4]) << 8);
+}
+
+// Unit (row, chunk): packed dims 32 chunk .. 32 chunk + 31 as four 16-byte chunks of Element,
+// dims 32 chunk .. + 15 scaled by the low scale byte, the rest by the high one.
+template <typename Element>
+__device__ __forceinline__ void store_converted_unit(uint8_t* stage, int row, int chunk,
+                                                     const uint4& packed, uint32_t scales) {
+  const uint32_t multipliers = nvfp4_multipliers<Element>(scales);
+  const uint32_t low = broadcast_half<false>(multipliers);
+  const uint32_t high = broadcast_half<true>(multipliers);
+  const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+  uint8_t* row_start = stage + (chunk / 2) * kKvPanelBytes + row * 128;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    const uint32_t m = w < 2 ? low : high;
+    const Nvfp4Word<Element> v = convert_nvfp4_word<Element>(words[w], m, m);
+    *reinterpret_cast<uint4*>(row_start + (((4 * (chunk % 2) + w) ^ (row % 8)) * 16)) =
+        make_uint4(v.pair[0], v.pair[1], v.pair[2], v.pair[3]);
+  }
+}
+
+// One operand's landed block rewritten in place by the kConverterThreads converter threads
+// (`worker` 0 .. 63). A warp's units are consecutive packed bytes where it can (rows 0-63: 512
+// contiguous bytes a load).
+template <typename Element>
+__device__ __forceinline__ void convert_nvfp4_stage(uint8_t* stage, const uint8_t* staged_scales,
+                                                    bool token_quads, int worker) {
+  static_assert(kConverterThreads == 64, "the unit map below assumes 64 converter threads");
+  const uint8_t* packed_rows = stage + kKvTileBytes - kNvfp4TileBytes;
+  auto packed_unit = [&](int row, int chunk) {
+    return *reinterpret_cast<const uint4*>(packed_rows + row * kNvfp4RowBytes + chunk * 16);
+  };
+  auto convert = [&](int row, int chunk, const uint4& packed) {
+    store_converted_unit<Element>(stage, row, chunk, packed,
+                                  staged_scale_pair(staged_scales, row, chunk, token_quads));
+  };
+  uint4 held[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {  // rows 64-127, chunks 2 and 3: written after the barrier
+    const int unit = worker + 64 * k;
+    held[k] = packed_unit(64 + unit / 2, 2 + unit % 2);
+  }
+#pragma unroll 1
+  for (int k = 0; k < 4; ++k) {  // rows 0-63, every chunk
+    const int unit = worker + 64 * k;
+    convert(unit / 4, unit % 4, packed_unit(unit / 4, unit % 4));
+  }
+#pragma unroll 1
+  for (int k = 0; k < 2; ++k) {  // rows 64-127, chunks 0 and 1 (panel 0)
+    const int unit = worker + 64 * k;
+    convert(64 + unit / 2, unit % 2, packed_unit(64 + unit / 2, unit % 2));
+  }
+  named_barrier_sync(kConverterBarrier, kConverterThreads);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int unit = worker + 64 * k;
+    convert(64 + unit / 2, 2 + unit % 2, held[k]);
   }
 }
 

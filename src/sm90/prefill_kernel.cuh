@@ -78,8 +78,9 @@ __device__ __forceinline__ TilePlan prepare_tile(const AttentionParams& params, 
   return plan;
 }
 
-// kKv: how K and V are stored (kernel_traits.h); the union tile's consumers rewrite converted
-// formats' stages (kv_convert.cuh), the one-token consumer converts them in registers. kTokenWarps: the two-consumer fp8 or NVFP4 kernel whose warps each
+// kKv: how K and V are stored (kernel_traits.h); the two-consumer union tile's converter warps
+// or the one-consumer union tile's consumers rewrite converted formats' stages (kv_convert.cuh,
+// nvfp4_convert.cuh), the one-token consumer converts them in registers. kTokenWarps: the two-consumer fp8 or NVFP4 kernel whose warps each
 // compute their own rows' blocks, converting in registers (token_warp_consumer.cuh), on compact
 // rings.
 template <typename Element, bool kTemperatureLse, int kConsumers,
@@ -90,11 +91,12 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   using Roles = RoleConfig<kConsumers, kKv>;
   static_assert(!kTokenWarps || (kConsumers == 2 && is_converted(kKv)),
                 "the token-warp consumer takes two consumer warpgroups and fp8 or NVFP4 K/V");
-  static_assert(!is_nvfp4(kKv) || kTokenWarps,
-                "NVFP4 K/V run the token-warp consumer (the wgmma consumers have no NVFP4 form)");
-  // NVFP4 (token warps) and per-token fp8 (every consumer): the producer warpgroup's warp 1
-  // stages each block's scales beside it.
+  static_assert(!is_nvfp4(kKv) || kConsumers == 2,
+                "NVFP4 K/V run the two-consumer kernel (its converter warps or token warps)");
+  // NVFP4 and per-token fp8: the producer warpgroup's warp 1 stages each block's scales beside
+  // it. Two-consumer union tiles of converted formats: its warps 2 and 3 rewrite each stage.
   constexpr bool kStagesScales = stages_scales(kKv);
+  constexpr bool kProducerConverts = producer_converts(kConsumers, kKv, kTokenWarps);
   extern __shared__ uint8_t shared_memory_raw[];
   const Smem smem = aligned_smem(shared_memory_raw, params.smem_layout);
   const CtaWork work = cta_work(params);
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
     init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true,
-                  full_barrier_arrivals(kKv));
+                  full_barrier_arrivals(kKv), kProducerConverts ? kConverterThreads : 0);
     smem.header().pacing_progress = 0;
     smem.header().pacing_boost = 0;
   } else if (threadIdx.x == 32) {
@@ -131,6 +133,8 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
       if constexpr (kStagesScales) {
         stage_scales_beside_blocks<kKv, false>(params, smem, plan, work.kv_head);
       }
+    } else if (kProducerConverts && threadIdx.x >= kFirstConverterThread) {
+      if constexpr (kProducerConverts) convert_stages<Element, kKv>(params, smem, plan);
     } else if (kConsumers == 2 && threadIdx.x == 32 && params.pacing_slack > 0) {
       pace(params, smem.header(), plan.slice_end - plan.slice_begin);
     }

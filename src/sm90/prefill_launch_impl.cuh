@@ -34,17 +34,17 @@ cudaError_t launch_prefill(const AttentionParams& params, dim3 grid, bool temper
                  : launch_prefill_variant<Element, kKv, false, 2, true>(params, grid, stream);
     }
   }
-  if constexpr (is_nvfp4(kKv)) {
-    return cudaErrorNotSupported;  // the launch plan gives NVFP4 prefill token warps always
-  } else {
-    if (params.num_consumer_warpgroups == 1) {
+  if (params.num_consumer_warpgroups == 1) {
+    if constexpr (is_nvfp4(kKv)) {
+      return cudaErrorNotSupported;  // the launch plan gives NVFP4 the two-consumer kernel
+    } else {
       return temperature_lse
                  ? launch_prefill_variant<Element, kKv, true, 1>(params, grid, stream)
                  : launch_prefill_variant<Element, kKv, false, 1>(params, grid, stream);
     }
-    return temperature_lse ? launch_prefill_variant<Element, kKv, true, 2>(params, grid, stream)
-                           : launch_prefill_variant<Element, kKv, false, 2>(params, grid, stream);
   }
+  return temperature_lse ? launch_prefill_variant<Element, kKv, true, 2>(params, grid, stream)
+                         : launch_prefill_variant<Element, kKv, false, 2>(params, grid, stream);
 }
 
 }  // namespace flashmsa::sm90

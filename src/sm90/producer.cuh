@@ -24,17 +24,23 @@ __device__ __forceinline__ Smem aligned_smem(uint8_t* raw, const SmemLayout& lay
 }
 
 // Thread 0 at kernel entry: the K and V rings' barriers (full: the producer's arrive plus the
-// TMA bytes, and the block-scale stager's 32 arrives in NVFP4 token-warp launches; empty: every consumer thread's arrive), the speculative load's (kernels that
+// TMA bytes, and the scale stager's 32 arrives where blocks carry scales; empty: every consumer
+// thread's arrive; converted: every converter thread's, producer_converts), the speculative load's (kernels that
 // speculate) and the push reduction's receive barrier (its owner's own arrive plus the pushed
 // bytes), then the fence that publishes them to the cluster. No speculative load yet.
 __device__ __forceinline__ void init_barriers(SmemHeader& header, int num_stages,
                                               uint32_t consumer_threads, bool speculates,
-                                              uint32_t full_arrivals = 1) {
+                                              uint32_t full_arrivals = 1,
+                                              uint32_t converter_threads = 0) {
   for (int stage = 0; stage < num_stages; ++stage) {
     mbarrier_init(&header.k_full[stage], full_arrivals);
     mbarrier_init(&header.v_full[stage], full_arrivals);
     mbarrier_init(&header.k_empty[stage], consumer_threads);
     mbarrier_init(&header.v_empty[stage], consumer_threads);
+    if (converter_threads > 0) {
+      mbarrier_init(&header.k_converted[stage], converter_threads);
+      mbarrier_init(&header.v_converted[stage], converter_threads);
+    }
   }
   if (speculates) {
     mbarrier_init(&header.speculative_k_full, 1);
@@ -228,6 +234,38 @@ __device__ inline void stage_scales_beside_blocks(const AttentionParams& p, cons
                                    smem.staged_token_scales(ring.stage, value));
       }
       arrive_when_copied(full);
+    }
+  }
+}
+
+// The converter warps (producer_converts): each union block's K, then V, rewritten in place once
+// it landed (NVFP4's with its staged scales: the full barrier counts the stager's arrivals),
+// fenced into the async proxy (the consumers' wgmma read it) and announced on the stage's
+// converted barrier. The consumers release a stage only after they waited for that, so the
+// producer's next box into it also waits for the rewrite.
+template <typename Element, KvFormat kKv>
+__device__ inline void convert_stages(const AttentionParams& p, const Smem& smem,
+                                      const TilePlan& plan) {
+  const int num_stages = p.smem_layout.num_stages;
+  SmemHeader& header = smem.header();
+  const int worker = threadIdx.x - kFirstConverterThread;
+  // V's scales staged from page-local planes keep their token-quad order (stage_operand_scales).
+  const bool value_token_quads = p.nvfp4_page_local != 0;
+  RingCursor ring;
+  for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
+#pragma unroll 1
+    for (int value = 0; value < 2; ++value) {
+      mbarrier_wait(value ? &header.v_full[ring.stage] : &header.k_full[ring.stage], ring.phase);
+      uint8_t* stage = value ? smem.v(ring.stage) : smem.k(ring.stage);
+      if constexpr (is_nvfp4(kKv)) {
+        convert_nvfp4_stage<Element>(stage, smem.staged_block_scales(ring.stage, value),
+                                     value && value_token_quads, worker);
+      } else {
+        convert_fp8_row<Element>(stage, worker);
+        convert_fp8_row<Element>(stage, worker + kConverterThreads);
+      }
+      fence_proxy_async_shared();
+      mbarrier_arrive(value ? &header.v_converted[ring.stage] : &header.k_converted[ring.stage]);
     }
   }
 }

@@ -305,7 +305,7 @@ TEST(LaunchPlan, TokenWarpsTakeTheTwoConsumerFp8KernelOnCompactRings) {
   EXPECT_FALSE(plan_launch(decode, h200(), forced).token_warps);
 }
 
-TEST(LaunchPlan, Nvfp4KvTakeTheDecodeKernelOrTokenWarpsOnly) {
+TEST(LaunchPlan, Nvfp4KvTakeTheDecodeKernelOrTheTwoConsumerKernel) {
   auto nvfp4 = [](const Shape& s) {
     flashmsa_args args = args_of(s);
     args.kv_dtype = FLASHMSA_DTYPE_NVFP4;
@@ -327,32 +327,43 @@ TEST(LaunchPlan, Nvfp4KvTakeTheDecodeKernelOrTokenWarpsOnly) {
             decode.smem.token_scales + decode.smem.num_stages * 2 * sm90::kNvfp4ScaleTileBytes);
   EXPECT_LE(decode.smem.bytes + sm90::kSharedMemoryAlignmentSlack,
             static_cast<uint32_t>(sm90::kTwoCtasPerSmSharedBytes));
-  // Prefill: token warps on compact rings of 8 KiB stages.
+  // Prefill: the union tile, its full 32 KiB stages rewritten by the converter warps, each
+  // stage's block scales staged beside it; no pacing.
   const LaunchPlan prefill = plan_launch(nvfp4(kPrefill32K), h200(), sm90::default_tuning());
-  EXPECT_TRUE(prefill.token_warps);
+  EXPECT_FALSE(prefill.token_warps);
   EXPECT_EQ(prefill.num_consumer_warpgroups, 2);
-  EXPECT_EQ(prefill.smem.num_stages, sm90::kMaxStages);
-  EXPECT_EQ(prefill.smem.v, prefill.smem.k + prefill.smem.num_stages * sm90::kNvfp4TileBytes);
+  EXPECT_EQ(prefill.smem.num_stages, sm90::kPrefillMaxStages);
+  EXPECT_EQ(prefill.smem.v, prefill.smem.k + prefill.smem.num_stages * sm90::kKvTileBytes);
+  EXPECT_EQ(prefill.smem.token_scales, prefill.smem.v + prefill.smem.num_stages * sm90::kKvTileBytes);
+  EXPECT_EQ(prefill.smem.union_blocks,
+            prefill.smem.token_scales + prefill.smem.num_stages * 2 * sm90::kNvfp4ScaleTileBytes);
+  EXPECT_LE(prefill.smem.bytes + sm90::kSharedMemoryAlignmentSlack,
+            static_cast<uint32_t>(sm90::kSharedMemoryLimit));
   EXPECT_EQ(prefill.pacing_slack, 0);
-  // Neither override reaches a wgmma consumer for NVFP4: the one-consumer shape and the union
-  // tile have no NVFP4 form, so calls that would take them (few rows a request, topk 64 decode,
-  // the overrides) take token warps.
+  EXPECT_FALSE(prefill.speculate_first_block);
+  // The override token_warps=1: token warps on compact rings of 8 KiB stages.
+  flashmsa_tuning warps = sm90::default_tuning();
+  warps.token_warps = 1;
+  const LaunchPlan by_warps = plan_launch(nvfp4(kPrefill32K), h200(), warps);
+  EXPECT_TRUE(by_warps.token_warps);
+  EXPECT_EQ(by_warps.smem.num_stages, sm90::kMaxStages);
+  EXPECT_EQ(by_warps.smem.v, by_warps.smem.k + by_warps.smem.num_stages * sm90::kNvfp4TileBytes);
+  // No call reaches the one-consumer shape for NVFP4 (it has no NVFP4 form): calls that would
+  // take it (few rows a request, topk 64 decode, the override) take the two-consumer kernel.
   flashmsa_tuning overrides = sm90::default_tuning();
-  overrides.token_warps = 0;
   overrides.one_consumer = 1;
   const LaunchPlan forced = plan_launch(nvfp4(kPrefill32K), h200(), overrides);
-  EXPECT_TRUE(forced.token_warps);
+  EXPECT_FALSE(forced.token_warps);
   EXPECT_EQ(forced.num_consumer_warpgroups, 2);
   const LaunchPlan wide_topk = plan_launch(nvfp4({4, 1, 64, 4, 64, 131072}), h200(),
                                            sm90::default_tuning());
   EXPECT_FALSE(wide_topk.decode_kernel);
-  EXPECT_TRUE(wide_topk.token_warps);
   EXPECT_EQ(wide_topk.num_consumer_warpgroups, 2);
   flashmsa_tuning no_decode_kernel = sm90::default_tuning();
   no_decode_kernel.decode_kernel = 0;
   const LaunchPlan decode_off = plan_launch(nvfp4(kDecodeBatch16), h200(), no_decode_kernel);
   EXPECT_FALSE(decode_off.decode_kernel);
-  EXPECT_TRUE(decode_off.token_warps);
+  EXPECT_EQ(decode_off.num_consumer_warpgroups, 2);
 }
 
 TEST(LaunchPlan, ShortPrefillChunksOfOneToTwoWavesSplit) {

@@ -5,8 +5,9 @@ or float8_e4m3fn) or, with paged K/V, the page-local 4-D views of msa_inputs'
 NVFP4_PAGE_LOCAL_VIEWS; q is bf16 or fp16, k_global_scale / v_global_scale multiply on top.
 
 NVFP4 runs through the one-token decode kernel for decode batches (one token a request, group
-size <= 16, topk <= 32) and through the two-consumer prefill kernel's token-warp consumer
-otherwise; test_gpu_fp8_kv.py is the model (its cases and sizes, its helpers imported). Each
+size <= 16, topk <= 32) and through the two-consumer prefill kernel otherwise: its union tile,
+whose stages the producer's converter warps rewrite in place (the default), or its token warps
+(the override token_warps=1, test_prefill_paths below); test_gpu_fp8_kv.py is the model (its cases and sizes, its helpers imported). Each
 result is compared with the CPU backend and the fp64 reference within section 7
 (gpu_harness.check_gpu_result, on NaN-poisoned outputs). A page-local case must also equal,
 bitwise, the call on the same pages with its scales moved to the swizzled table (section 6: a
@@ -935,3 +936,50 @@ def test_graph_replay_equals_eager(spec, scratch):
         assert_same(case.name, f"replay {attempt} vs eager", captured, eager)
     if workspace is not None:
         assert_same(case.name, "without vs with workspace", run_gpu(case), eager)
+
+
+# ---------------------------------------------------------------------------------------------
+# The two prefill paths: the union tile on stages rewritten by the converter warps (default) and
+# the token warps (override token_warps=1)
+# ---------------------------------------------------------------------------------------------
+
+# (name, q lens, k lens, Hq, Hkv, topk, causal, pattern): a long request whose tiles' unions
+# cycle the two stages many times, with blocks a warpgroup skips; ragged M3 requests.
+PATH_CASES = [
+    ("m3-long-random", [300], [32768], 64, 4, 16, True, "random"),
+    ("m3-mixed-indexer", MIXED_Q, MIXED_K, 64, 4, 16, True, "indexer"),
+    ("tp4-full", [150, 90], [2100, 1300], 16, 1, 32, False, "clustered"),
+]
+
+
+@pytest.mark.parametrize("token_warps", [0, 1], ids=["union-tile", "token-warps"])
+@pytest.mark.parametrize("layout,view", [("flat", None), ("paged", "contiguous"),
+                                         ("paged", PAGE_LOCAL_B)],
+                         ids=["flat", "paged", "page-local"])
+@pytest.mark.parametrize("spec", PATH_CASES, ids=[s[0] for s in PATH_CASES])
+def test_prefill_paths(spec, layout, view, token_warps, launch_overrides):
+    """Both two-consumer NVFP4 paths right against the CPU backend and the fp64 reference
+    (check_result: page-local also bitwise equal to its swizzled twin), bf16 and fp16 q, global
+    scales that are not powers of two, lse and temperature lse; the prefill kernel alone."""
+    name_, lens_q, lens_k, hq, hkv, topk, causal, pattern = spec
+    launch_overrides(token_warps=token_warps)
+    for dtype in (BF16, FP16):
+        options = dict(layout=layout, dtype=dtype, pattern=pattern, seed=907 + topk,
+                       scales="odd", scalars=dict(lse_temperature_scale=0.6))
+        if view is not None:
+            options["view"] = view
+        name = label("paths", name_, layout, view or "", dtype_id(dtype),
+                     "token-warps" if token_warps else "union-tile")
+        case = nvfp4_case(name, lens_q, lens_k, hq, hkv, topk, causal, **options)
+        got, kernels = run_profiled(case)
+        assert_kernel(name, kernels, "prefill_kernel")
+        check_result(case, got)
+
+
+@pytest.mark.parametrize("form", ["flat", PAGE_LOCAL_A])
+def test_token_warps_decode_exactly(form, launch_overrides):
+    """The exact-decoding probe (every E2M1 code times every finite E4M3 scale byte) through the
+    prefill kernel's token warps, which the default NVFP4 prefill no longer takes."""
+    launch_overrides(token_warps=1)
+    test_every_e2m1_code_and_e4m3_scale_decodes_exactly("prefill", form, BF16, "unit")
+
