@@ -63,15 +63,16 @@ constexpr bool stages_scales(KvFormat format) {
 }
 constexpr uint32_t full_barrier_arrivals(KvFormat format) { return stages_scales(format) ? 33 : 1; }
 // The two-consumer union tile's fp8 and NVFP4 stages are rewritten in place as q's dtype by the
-// producer warpgroup's warps 2 and 3 (convert_stages, producer.cuh) while the consumers compute
+// producer warpgroup's warps 1-3 (convert_stages, producer.cuh; warp 0 loads the blocks and
+// stages their scales) while the consumers compute
 // the previous block; the consumers wait on the stage's converted barriers (kConverterThreads
 // arrivals) instead of its full ones. The one-consumer shape's consumers rewrite fp8 themselves
 // (its one-token tiles read the landed bytes), and token warps convert in registers.
 constexpr bool producer_converts(int consumers, KvFormat format, bool token_warps) {
   return consumers == 2 && is_converted(format) && !token_warps;
 }
-constexpr int kFirstConverterThread = 64;
-constexpr uint32_t kConverterThreads = 64;
+constexpr int kFirstConverterThread = 32;
+constexpr uint32_t kConverterThreads = 96;
 constexpr uint32_t kFp8TileBytes = kBlockKeys * kHeadDim;  // one operand of one block: 16 KiB
 constexpr uint32_t kNvfp4RowBytes = kHeadDim / 2;
 constexpr uint32_t kNvfp4TileBytes = kBlockKeys * kNvfp4RowBytes;  // 8 KiB

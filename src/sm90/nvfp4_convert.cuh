@@ -250,12 +250,13 @@ __device__ __forceinline__ void store_converted_unit(uint8_t* stage, int row, in
 }
 
 // One operand's landed block rewritten in place by the kConverterThreads converter threads
-// (`worker` 0 .. 63). A warp's units are consecutive packed bytes where it can (rows 0-63: 512
-// contiguous bytes a load).
+// (`worker` 0 .. kConverterThreads - 1). A warp's units are consecutive packed bytes where it
+// can (rows 0-63: 512 contiguous bytes a load).
 template <typename Element>
 __device__ __forceinline__ void convert_nvfp4_stage(uint8_t* stage, const uint8_t* staged_scales,
                                                     bool token_quads, int worker) {
-  static_assert(kConverterThreads == 64, "the unit map below assumes 64 converter threads");
+  constexpr int kHeldUnits = 128;  // rows 64-127, chunks 2 and 3: written after the barrier
+  constexpr int kHeldPerThread = (kHeldUnits + kConverterThreads - 1) / kConverterThreads;
   const uint8_t* packed_rows = stage + kKvTileBytes - kNvfp4TileBytes;
   auto packed_unit = [&](int row, int chunk) {
     return *reinterpret_cast<const uint4*>(packed_rows + row * kNvfp4RowBytes + chunk * 16);
@@ -264,27 +265,24 @@ __device__ __forceinline__ void convert_nvfp4_stage(uint8_t* stage, const uint8_
     store_converted_unit<Element>(stage, row, chunk, packed,
                                   staged_scale_pair(staged_scales, row, chunk, token_quads));
   };
-  uint4 held[2];
+  uint4 held[kHeldPerThread];
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {  // rows 64-127, chunks 2 and 3: written after the barrier
-    const int unit = worker + 64 * k;
-    held[k] = packed_unit(64 + unit / 2, 2 + unit % 2);
+  for (int k = 0; k < kHeldPerThread; ++k) {
+    const int unit = worker + kConverterThreads * k;
+    if (unit < kHeldUnits) held[k] = packed_unit(64 + unit / 2, 2 + unit % 2);
   }
+  // Rows 0-63 every chunk (units 0-255), then rows 64-127 chunks 0 and 1 (256-383).
 #pragma unroll 1
-  for (int k = 0; k < 4; ++k) {  // rows 0-63, every chunk
-    const int unit = worker + 64 * k;
-    convert(unit / 4, unit % 4, packed_unit(unit / 4, unit % 4));
-  }
-#pragma unroll 1
-  for (int k = 0; k < 2; ++k) {  // rows 64-127, chunks 0 and 1 (panel 0)
-    const int unit = worker + 64 * k;
-    convert(64 + unit / 2, unit % 2, packed_unit(64 + unit / 2, unit % 2));
+  for (int unit = worker; unit < 384; unit += kConverterThreads) {
+    const int row = unit < 256 ? unit / 4 : 64 + (unit - 256) / 2;
+    const int chunk = unit < 256 ? unit % 4 : unit % 2;
+    convert(row, chunk, packed_unit(row, chunk));
   }
   named_barrier_sync(kConverterBarrier, kConverterThreads);
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const int unit = worker + 64 * k;
-    convert(64 + unit / 2, 2 + unit % 2, held[k]);
+  for (int k = 0; k < kHeldPerThread; ++k) {
+    const int unit = worker + kConverterThreads * k;
+    if (unit < kHeldUnits) convert(64 + unit / 2, 2 + unit % 2, held[k]);
   }
 }
 

@@ -94,7 +94,8 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
   static_assert(!is_nvfp4(kKv) || kConsumers == 2,
                 "NVFP4 K/V run the two-consumer kernel (its converter warps or token warps)");
   // NVFP4 and per-token fp8: the producer warpgroup's warp 1 stages each block's scales beside
-  // it. Two-consumer union tiles of converted formats: its warps 2 and 3 rewrite each stage.
+  // it. Two-consumer union tiles of converted formats: its warps 1-3 rewrite each stage, and
+  // warp 0 stages the scales beside the boxes its lane 0 loads.
   constexpr bool kStagesScales = stages_scales(kKv);
   constexpr bool kProducerConverts = producer_converts(kConsumers, kKv, kTokenWarps);
   extern __shared__ uint8_t shared_memory_raw[];
@@ -127,9 +128,13 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
 
   if (threadIdx.x < 128) {
     registers_decrease<Roles::kProducerRegisters>();
-    if (threadIdx.x == 0) {
+    if (kProducerConverts && kStagesScales && threadIdx.x < 32) {
+      if constexpr (kProducerConverts && kStagesScales) {
+        stage_scales_beside_blocks<kKv, true, false>(params, smem, plan, work.kv_head);
+      }
+    } else if (threadIdx.x == 0) {
       produce<kConsumers == 2, kKv, kTokenWarps>(params, smem, plan, work.kv_head, speculative);
-    } else if (kStagesScales && threadIdx.x / 32 == 1) {
+    } else if (kStagesScales && !kProducerConverts && threadIdx.x / 32 == 1) {
       if constexpr (kStagesScales) {
         stage_scales_beside_blocks<kKv, false>(params, smem, plan, work.kv_head);
       }

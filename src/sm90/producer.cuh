@@ -200,9 +200,10 @@ __device__ inline void produce(const AttentionParams& p, const Smem& smem, const
 // producer's empty barriers), by asynchronous copies, as the producer's TMA loads do, so that
 // it never waits for their data; each lane's copies arrive on the stage's full barrier when
 // they land (full_barrier_arrivals). kLoadsBlocks: the warp's lane 0 is also the producer (the
-// decode kernel's warp 0, on compact rings: load_operand's box) where the prefill kernel's
-// producer is another thread (warp 1 of its producer warpgroup stages).
-template <KvFormat kKv, bool kLoadsBlocks>
+// decode kernel's warp 0, on compact rings: load_operand's box; the union tile's warp 0 where
+// converter warps rewrite its full stages, kCompact = false) where the prefill kernel's
+// producer is another thread otherwise (warp 1 of its producer warpgroup stages).
+template <KvFormat kKv, bool kLoadsBlocks, bool kCompact = true>
 __device__ inline void stage_scales_beside_blocks(const AttentionParams& p, const Smem& smem,
                                                   const TilePlan& plan, int kv_head) {
   static_assert(stages_scales(kKv), "only NVFP4 and per-token fp8 blocks carry staged scales");
@@ -220,10 +221,12 @@ __device__ inline void stage_scales_beside_blocks(const AttentionParams& p, cons
       mbarrier_wait(value ? &header.v_empty[ring.stage] : &header.k_empty[ring.stage],
                     ring.phase ^ 1);
       if (kLoadsBlocks && threadIdx.x % 32 == 0) {
-        uint8_t* destination = value ? smem.compact_v(ring.stage, kSlotBytes)
-                                     : smem.compact_k(ring.stage, kSlotBytes);
-        load_operand<kKv, true>(p, value ? &p.tma_v : &p.tma_k, full, destination, coord,
-                                kv_head);
+        uint8_t* destination =
+            kCompact ? (value ? smem.compact_v(ring.stage, kSlotBytes)
+                              : smem.compact_k(ring.stage, kSlotBytes))
+                     : (value ? smem.v(ring.stage) : smem.k(ring.stage));
+        load_operand<kKv, kCompact>(p, value ? &p.tma_v : &p.tma_k, full, destination, coord,
+                                    kv_head);
       }
       if constexpr (is_nvfp4(kKv)) {
         stage_operand_scales(nvfp4_block_scales(p, value, coord, kv_head, valid_keys), value,
@@ -261,8 +264,9 @@ __device__ inline void convert_stages(const AttentionParams& p, const Smem& smem
         convert_nvfp4_stage<Element>(stage, smem.staged_block_scales(ring.stage, value),
                                      value && value_token_quads, worker);
       } else {
-        convert_fp8_row<Element>(stage, worker);
-        convert_fp8_row<Element>(stage, worker + kConverterThreads);
+        for (int row = worker; row < kBlockKeys; row += kConverterThreads) {
+          convert_fp8_row<Element>(stage, row);
+        }
       }
       fence_proxy_async_shared();
       mbarrier_arrive(value ? &header.v_converted[ring.stage] : &header.k_converted[ring.stage]);
