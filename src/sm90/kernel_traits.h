@@ -62,12 +62,15 @@ constexpr bool stages_scales(KvFormat format) {
   return is_nvfp4(format) || has_token_scales(format);
 }
 constexpr uint32_t full_barrier_arrivals(KvFormat format) { return stages_scales(format) ? 33 : 1; }
-// The two-consumer union tile's fp8 and NVFP4 stages are rewritten in place as q's dtype by the
-// producer warpgroup's warps 1-3 (convert_stages, producer.cuh; warp 0 loads the blocks and
-// stages their scales) while the consumers compute
-// the previous block; the consumers wait on the stage's converted barriers (kConverterThreads
-// arrivals) instead of its full ones. The one-consumer shape's consumers rewrite fp8 themselves
-// (its one-token tiles read the landed bytes), and token warps convert in registers.
+// The two-consumer union tile's fp8 and NVFP4 stages are rewritten as q's dtype by the
+// producer warpgroup's warps 1-3 (convert_stages, producer.cuh) while the consumers compute the
+// previous block; the consumers wait on the stage's converted barriers (kConverterThreads
+// arrivals) instead of its full ones. NVFP4 lands in a ring of its own (SmemLayout::raw_k,
+// raw_v: compact stages and their scales, loaded and staged by warp 0, released by the
+// converters on the raw empty barriers), so its loads run ahead of the rewrites; fp8 lands in
+// the upper half of the stage it is rewritten in (kv_convert.cuh). The one-consumer shape's
+// consumers rewrite fp8 themselves (its one-token tiles read the landed bytes), and token warps
+// convert in registers.
 constexpr bool producer_converts(int consumers, KvFormat format, bool token_warps) {
   return consumers == 2 && is_converted(format) && !token_warps;
 }
@@ -98,9 +101,6 @@ constexpr uint32_t kConsumerBarrier = 1;
 // Named barrier of both consumer warpgroups of the prefill kernel (256 threads): the exchange of
 // shared-rows mode and the rewrite of converted stages.
 constexpr uint32_t kBothConsumersBarrier = 3;
-// Named barrier of the producer warpgroup's converter warps (producer_converts; id 4 is warp
-// planning's speculation barrier).
-constexpr uint32_t kConverterBarrier = 5;
 // One-token decode tiles (decode_consumer.cuh) hold one mma.sync row tile of query heads.
 constexpr int kDecodeRows = 16;
 // What a split CTA of a one-token tile pushes into a row owner's shared memory (cluster_reduce.cuh:
@@ -176,6 +176,8 @@ struct SmemHeader {
   uint64_t v_empty[kMaxStages];
   uint64_t k_converted[kMaxStages];  // producer_converts: the converter warps rewrote K
   uint64_t v_converted[kMaxStages];
+  uint64_t raw_k_empty[kMaxStages];  // the converters are done with a raw stage (NVFP4)
+  uint64_t raw_v_empty[kMaxStages];
   int32_t warp_totals[kMaxThreads / 32];  // planning's block-wide scan
   int32_t batch_index;
   int32_t tile_first_row;
@@ -233,10 +235,13 @@ constexpr int kStagedScaleFloats = 4 * kStagedScaleRowFloats;
 struct SmemLayout {
   uint32_t q[kMaxConsumerWarpgroups];  // equal when the warpgroups share their rows
   uint32_t k, v;                       // rings of num_stages x 32 KiB (compact: 16 KiB)
+  uint32_t raw_k, raw_v;               // NVFP4 union tile: raw_stages compact stages each, where
+                                       // the converter warps read the landed boxes (else 0)
+  int32_t raw_stages;
   uint32_t token_scales;               // per-token fp8 scales, num_stages x 2 x kStagedScaleFloats
                                        // (empty: the call has none, or the decode kernel); in
-                                       // NVFP4 launches the staged block scales (num_stages x
-                                       // 2 x kNvfp4ScaleTileBytes)
+                                       // NVFP4 launches the staged block scales (num_stages,
+                                       // or raw_stages, x 2 x kNvfp4ScaleTileBytes)
   uint32_t received;                   // (num_splits - 1) x push_slot_bytes, push_reduce only
   uint32_t push_slot_bytes;            // push_slot_bytes(num_splits)
   int32_t push_slot_rows;              // push_slot_rows(num_splits)
@@ -281,6 +286,13 @@ struct Smem {
   }
   __device__ __forceinline__ uint8_t* compact_v(int stage, uint32_t slot_bytes) const {
     return base + layout.v + stage * slot_bytes;
+  }
+  // The NVFP4 union tile's raw ring (producer_converts): one 8 KiB box a stage.
+  __device__ __forceinline__ uint8_t* raw_k(int stage) const {
+    return base + layout.raw_k + stage * kNvfp4TileBytes;
+  }
+  __device__ __forceinline__ uint8_t* raw_v(int stage) const {
+    return base + layout.raw_v + stage * kNvfp4TileBytes;
   }
   // A stage's NVFP4 block scales as the producers stage them (nvfp4_convert.cuh:
   // stage_operand_scales): K's kNvfp4ScaleTileBytes, then V's.

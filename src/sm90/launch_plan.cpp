@@ -84,13 +84,16 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   const uint32_t box_bytes = nvfp4 ? kNvfp4TileBytes : kFp8TileBytes;
   const bool compact = plan.token_warps || (plan.decode_kernel && converted);
   const uint32_t slot_bytes = compact ? box_bytes : kKvTileBytes;
-  // NVFP4's block scales, staged beside the block by the producers of every kernel that reads
-  // it (beside the rewritten full stages of the union tile, too).
-  const bool staged_block_scales = nvfp4;
-  const uint32_t scale_bytes = token_scales          ? 2 * kStagedScaleFloats * sizeof(float)
-                               : staged_block_scales ? 2 * kNvfp4ScaleTileBytes
-                                                     : 0;
-  const uint32_t stage_bytes = 2 * slot_bytes + scale_bytes;
+  // The NVFP4 union tile (producer_converts): full stages that the converter warps write, and
+  // a raw ring of compact stages, each with its staged block scales, where the boxes land.
+  const bool raw_ring = nvfp4 && !compact;
+  // NVFP4's block scales, staged beside the block (beside the raw stage in the union tile) by
+  // the producers of every kernel that reads it.
+  const uint32_t scale_bytes = token_scales ? 2 * kStagedScaleFloats * sizeof(float)
+                               : nvfp4      ? 2 * kNvfp4ScaleTileBytes
+                                            : 0;
+  const uint32_t raw_stage_bytes = raw_ring ? 2 * kNvfp4TileBytes + scale_bytes : 0;
+  const uint32_t stage_bytes = 2 * slot_bytes + (raw_ring ? 0 : scale_bytes);
   // Two CTAs per SM share its 228 KiB, less 1 KiB the system reserves per CTA.
   const uint32_t budget = plan.ctas_per_sm == 1 ? kSharedMemoryLimit : kTwoCtasPerSmSharedBytes;
   const uint32_t available = budget - kSharedMemoryAlignmentSlack;
@@ -105,11 +108,19 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   const uint32_t ring_bytes = available > fixed_bytes ? available - fixed_bytes : 0;
   layout.num_stages =
       static_cast<int32_t>(std::min<uint32_t>(most_stages, ring_bytes / stage_bytes));
+  // The raw ring takes what the full stages leave, up to kMaxStages.
+  const uint32_t raw_bytes = ring_bytes - std::min(ring_bytes, layout.num_stages * stage_bytes);
+  layout.raw_stages = raw_ring ? static_cast<int32_t>(std::min<uint32_t>(
+                                     kMaxStages, raw_bytes / raw_stage_bytes))
+                               : 0;
   layout.k = rings_begin;
   layout.v = layout.k + layout.num_stages * slot_bytes;
   uint32_t offset = layout.v + layout.num_stages * slot_bytes;
+  layout.raw_k = raw_ring ? offset : 0;
+  layout.raw_v = raw_ring ? offset + layout.raw_stages * kNvfp4TileBytes : 0;
+  if (raw_ring) offset += 2 * layout.raw_stages * kNvfp4TileBytes;
   layout.token_scales = offset;
-  offset += layout.num_stages * scale_bytes;
+  offset += (raw_ring ? layout.raw_stages : layout.num_stages) * scale_bytes;
   layout.union_blocks = offset;
   offset += align(candidates * 4, 16);
   layout.union_coords = offset;
@@ -361,8 +372,10 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   c.token_warps = c.num_consumer_warpgroups == 2 && !c.decode_kernel && converts_kv &&
                   tuned(tuning.token_warps, nvfp4 ? 0 : 1, 0, 1) == 1;
   c.smem = smem_layout(args, c, tuning);
-  // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).
-  if (c.smem.num_stages < (c.num_consumer_warpgroups == 2 ? 2 : 1)) {
+  // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh);
+  // the NVFP4 union tile's loads need a raw stage.
+  if (c.smem.num_stages < (c.num_consumer_warpgroups == 2 ? 2 : 1) ||
+      (nvfp4 && !c.token_warps && !c.decode_kernel && c.smem.raw_stages < 1)) {
     throw Error(FLASHMSA_ERROR_INTERNAL, "shared memory plan has too few stages");
   }
   // Rings of one stage serialise their loads already (and the throttle's wait needs two).

@@ -95,7 +95,10 @@ template <typename Element>
 __device__ __forceinline__ Nvfp4Word<Element> convert_nvfp4_word(uint32_t word,
                                                                  uint32_t low_multipliers,
                                                                  uint32_t high_multipliers) {
-  const uint32_t low = e2m1_magnitude_bytes(word), high = e2m1_magnitude_bytes(word >> 16);
+  // One mask serves both lookups (the permute reads only its selector's low 16 bits).
+  const uint32_t selectors = word & 0x77777777u;
+  const uint32_t low = byte_permute(kE2m1BytesLow, kE2m1BytesHigh, selectors);
+  const uint32_t high = byte_permute(kE2m1BytesLow, kE2m1BytesHigh, selectors >> 16);
   Nvfp4Word<Element> out;
   if constexpr (std::is_same_v<Element, __half>) {
     // Sign bytes (0xff or 0) of elements 0-3 and 4-7: byte i's bit 3 and bit 7 replicated.
@@ -210,79 +213,64 @@ __device__ __forceinline__ void stage_operand_scales(const Nvfp4BlockScales& b, 
 }
 
 // ---------------------------------------------------------------------------------------------
-// In place (the two-consumer union tile: producer_converts, kernel_traits.h). A block's packed
-// rows land in the last quarter of a full 32 KiB stage (row r at 24 KiB + 64 r), and the
-// producer warpgroup's converter warps rewrite the stage as q's dtype in the native two-panel
-// layout that its wgmma read (kv_convert.cuh), a unit of 32 dims (one 16-byte packed chunk, two
-// scale columns) at a time. Panel 0 (the lower 16 KiB) and panel 1's rows 0-63 (16-24 KiB) lie
-// below the packed rows; panel 1's row 64 + i covers packed rows 2i and 2i + 1. So all units
-// but dims 64-127 of rows 64-127 are rewritten at once; those 128 units are read into
-// registers first and written after a barrier of the converter warps, when every packed row
-// has been read.
+// Rewritten (the two-consumer union tile: producer_converts, kernel_traits.h). A block's packed
+// rows land in a compact stage of the raw ring, and the producer warpgroup's converter warps
+// write them into a full 32 KiB stage as q's dtype, in the native two-panel layout that its
+// wgmma read (kv_convert.cuh), a unit of 32 dims (one 16-byte packed chunk, two scale
+// columns) at a time.
 // ---------------------------------------------------------------------------------------------
 
-// The staged scale bytes of columns 2 chunk and 2 chunk + 1 of `key` (stage_operand_scales'
-// orders: linear, or token quads for V from page-local planes), low byte first.
-__device__ __forceinline__ uint32_t staged_scale_pair(const uint8_t* staged, int key, int chunk,
-                                                      bool token_quads) {
-  if (!token_quads) return *reinterpret_cast<const uint16_t*>(staged + key * 8 + 2 * chunk);
-  const uint8_t* quad = staged + (key / 4) * 32 + key % 4 + 8 * chunk;
-  return quad[0] | (static_cast<uint32_t>(quad[4]) << 8);
-}
-
-// Unit (row, chunk): packed dims 32 chunk .. 32 chunk + 31 as four 16-byte chunks of Element,
+// Unit (row, chunk): packed dims 32 chunk .. 32 chunk + 31 as four 16-byte chunks of Element
+// at `row_start` (the row in the chunk's panel), chunk c' at swizzled position c' ^ swizzle;
 // dims 32 chunk .. + 15 scaled by the low scale byte, the rest by the high one.
 template <typename Element>
-__device__ __forceinline__ void store_converted_unit(uint8_t* stage, int row, int chunk,
-                                                     const uint4& packed, uint32_t scales) {
+__device__ __forceinline__ void store_converted_unit(uint8_t* row_start, int first_chunk,
+                                                     int swizzle, const uint4& packed,
+                                                     uint32_t scales) {
   const uint32_t multipliers = nvfp4_multipliers<Element>(scales);
   const uint32_t low = broadcast_half<false>(multipliers);
   const uint32_t high = broadcast_half<true>(multipliers);
   const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
-  uint8_t* row_start = stage + (chunk / 2) * kKvPanelBytes + row * 128;
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
     const uint32_t m = w < 2 ? low : high;
     const Nvfp4Word<Element> v = convert_nvfp4_word<Element>(words[w], m, m);
-    *reinterpret_cast<uint4*>(row_start + (((4 * (chunk % 2) + w) ^ (row % 8)) * 16)) =
+    *reinterpret_cast<uint4*>(row_start + (((first_chunk + w) ^ swizzle) * 16)) =
         make_uint4(v.pair[0], v.pair[1], v.pair[2], v.pair[3]);
   }
 }
 
-// One operand's landed block rewritten in place by the kConverterThreads converter threads
-// (`worker` 0 .. kConverterThreads - 1). A warp's units are consecutive packed bytes where it
-// can (rows 0-63: 512 contiguous bytes a load).
+// One operand's landed block (`packed_rows`, 64 bytes a key) with its staged scales into
+// `stage`, by the kConverterThreads converter threads (`worker` 0 .. kConverterThreads - 1).
+// A thread keeps one chunk (32 dims) and takes every kRowStep-th row: the rows' swizzle (row %
+// 8) and key quad position stay the thread's, so only the row offsets move. A warp's loads
+// read 512 consecutive bytes; its stores fall four to a bank group (the swizzle spreads a
+// chunk's eight rows). Staged scales: linear (two bytes a chunk, at key * 8 + 2 chunk), or, for
+// V from page-local planes (token_quads), a byte at (key / 4) * 32 + key % 4 + 8 chunk and the
+// next column's four bytes on.
 template <typename Element>
-__device__ __forceinline__ void convert_nvfp4_stage(uint8_t* stage, const uint8_t* staged_scales,
-                                                    bool token_quads, int worker) {
-  constexpr int kHeldUnits = 128;  // rows 64-127, chunks 2 and 3: written after the barrier
-  constexpr int kHeldPerThread = (kHeldUnits + kConverterThreads - 1) / kConverterThreads;
-  const uint8_t* packed_rows = stage + kKvTileBytes - kNvfp4TileBytes;
-  auto packed_unit = [&](int row, int chunk) {
-    return *reinterpret_cast<const uint4*>(packed_rows + row * kNvfp4RowBytes + chunk * 16);
-  };
-  auto convert = [&](int row, int chunk, const uint4& packed) {
-    store_converted_unit<Element>(stage, row, chunk, packed,
-                                  staged_scale_pair(staged_scales, row, chunk, token_quads));
-  };
-  uint4 held[kHeldPerThread];
-#pragma unroll
-  for (int k = 0; k < kHeldPerThread; ++k) {
-    const int unit = worker + kConverterThreads * k;
-    if (unit < kHeldUnits) held[k] = packed_unit(64 + unit / 2, 2 + unit % 2);
-  }
-  // Rows 0-63 every chunk (units 0-255), then rows 64-127 chunks 0 and 1 (256-383).
-#pragma unroll 1
-  for (int unit = worker; unit < 384; unit += kConverterThreads) {
-    const int row = unit < 256 ? unit / 4 : 64 + (unit - 256) / 2;
-    const int chunk = unit < 256 ? unit % 4 : unit % 2;
-    convert(row, chunk, packed_unit(row, chunk));
-  }
-  named_barrier_sync(kConverterBarrier, kConverterThreads);
-#pragma unroll
-  for (int k = 0; k < kHeldPerThread; ++k) {
-    const int unit = worker + kConverterThreads * k;
-    if (unit < kHeldUnits) convert(64 + unit / 2, 2 + unit % 2, held[k]);
+__device__ __forceinline__ void convert_nvfp4_block(const uint8_t* packed_rows,
+                                                    const uint8_t* staged_scales,
+                                                    bool token_quads, uint8_t* stage, int worker) {
+  constexpr int kRowStep = kConverterThreads / 4;
+  static_assert(kRowStep % 8 == 0, "a thread's rows keep one swizzle and one key quad position");
+  const int chunk = worker % 4, first_row = worker / 4;
+  const int swizzle = first_row % 8;
+  const uint8_t* packed = packed_rows + first_row * kNvfp4RowBytes + chunk * 16;
+  uint8_t* row_start = stage + (chunk / 2) * kKvPanelBytes + first_row * 128;
+  const uint8_t* scales =
+      staged_scales + (token_quads ? (first_row / 4) * 32 + first_row % 4 + 8 * chunk
+                                   : first_row * 8 + 2 * chunk);
+#pragma unroll 2
+  for (int row = first_row; row < kBlockKeys; row += kRowStep) {
+    const uint32_t scale_pair = token_quads
+                                    ? scales[0] | (static_cast<uint32_t>(scales[4]) << 8)
+                                    : *reinterpret_cast<const uint16_t*>(scales);
+    store_converted_unit<Element>(row_start, 4 * (chunk % 2), swizzle,
+                                  *reinterpret_cast<const uint4*>(packed), scale_pair);
+    packed += kRowStep * kNvfp4RowBytes;
+    row_start += kRowStep * 128;
+    scales += kRowStep * 8;  // eight bytes a key in both orders (kRowStep is whole quads)
   }
 }
 

@@ -104,8 +104,10 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
 
   FLASHMSA_MARK(kMarkEntry);
   if (threadIdx.x == 0) {
-    init_barriers(smem.header(), params.smem_layout.num_stages, 128 * kConsumers, true,
-                  full_barrier_arrivals(kKv), kProducerConverts ? kConverterThreads : 0);
+    init_barriers(smem.header(),
+                  max(params.smem_layout.num_stages, params.smem_layout.raw_stages),
+                  128 * kConsumers, true, full_barrier_arrivals(kKv),
+                  kProducerConverts ? kConverterThreads : 0);
     smem.header().pacing_progress = 0;
     smem.header().pacing_boost = 0;
   } else if (threadIdx.x == 32) {
@@ -130,7 +132,8 @@ __global__ void __launch_bounds__(RoleConfig<kConsumers>::kThreads,
     registers_decrease<Roles::kProducerRegisters>();
     if (kProducerConverts && kStagesScales && threadIdx.x < 32) {
       if constexpr (kProducerConverts && kStagesScales) {
-        stage_scales_beside_blocks<kKv, true, false>(params, smem, plan, work.kv_head);
+        constexpr Landing kLanding = is_nvfp4(kKv) ? Landing::kRawRing : Landing::kFullStage;
+        stage_scales_beside_blocks<kKv, true, kLanding>(params, smem, plan, work.kv_head);
       }
     } else if (threadIdx.x == 0) {
       produce<kConsumers == 2, kKv, kTokenWarps>(params, smem, plan, work.kv_head, speculative);

@@ -40,6 +40,8 @@ __device__ __forceinline__ void init_barriers(SmemHeader& header, int num_stages
     if (converter_threads > 0) {
       mbarrier_init(&header.k_converted[stage], converter_threads);
       mbarrier_init(&header.v_converted[stage], converter_threads);
+      mbarrier_init(&header.raw_k_empty[stage], converter_threads);
+      mbarrier_init(&header.raw_v_empty[stage], converter_threads);
     }
   }
   if (speculates) {
@@ -196,18 +198,26 @@ __device__ inline void produce(const AttentionParams& p, const Smem& smem, const
   if (paced) pacing_leave();
 }
 
+// Where a warp that loads the blocks itself (stage_scales_beside_blocks' kLoadsBlocks) lands
+// them: compact stages (the decode kernel), the upper part of full stages that the converter
+// warps rewrite in place (the fp8 union tile), or the NVFP4 union tile's raw ring, which the
+// converter warps release on its own empty barriers (producer_converts, kernel_traits.h).
+enum class Landing { kCompact, kFullStage, kRawRing };
+
 // One warp stages each union block's scales into its stage once the stage is free (the
 // producer's empty barriers), by asynchronous copies, as the producer's TMA loads do, so that
 // it never waits for their data; each lane's copies arrive on the stage's full barrier when
 // they land (full_barrier_arrivals). kLoadsBlocks: the warp's lane 0 is also the producer (the
-// decode kernel's warp 0, on compact rings: load_operand's box; the union tile's warp 0 where
-// converter warps rewrite its full stages, kCompact = false) where the prefill kernel's
-// producer is another thread otherwise (warp 1 of its producer warpgroup stages).
-template <KvFormat kKv, bool kLoadsBlocks, bool kCompact = true>
+// decode kernel's warp 0; the union tile's warp 0 where converter warps rewrite its stages),
+// landing its boxes as kLanding says, where the prefill kernel's producer is another thread
+// otherwise (warp 1 of its producer warpgroup stages).
+template <KvFormat kKv, bool kLoadsBlocks, Landing kLanding = Landing::kCompact>
 __device__ inline void stage_scales_beside_blocks(const AttentionParams& p, const Smem& smem,
                                                   const TilePlan& plan, int kv_head) {
   static_assert(stages_scales(kKv), "only NVFP4 and per-token fp8 blocks carry staged scales");
-  const int num_stages = p.smem_layout.num_stages;
+  static_assert(kLanding != Landing::kRawRing || is_nvfp4(kKv), "the raw ring holds NVFP4");
+  constexpr bool kRawRing = kLanding == Landing::kRawRing;
+  const int num_stages = kRawRing ? p.smem_layout.raw_stages : p.smem_layout.num_stages;
   SmemHeader& header = smem.header();
   const TokenScaleRows token_scales = token_scale_rows(p, kv_head);
   constexpr uint32_t kSlotBytes = landed_tile_bytes(kKv);
@@ -218,15 +228,19 @@ __device__ inline void stage_scales_beside_blocks(const AttentionParams& p, cons
 #pragma unroll 1
     for (int value = 0; value < 2; ++value) {
       uint64_t* full = value ? &header.v_full[ring.stage] : &header.k_full[ring.stage];
-      mbarrier_wait(value ? &header.v_empty[ring.stage] : &header.k_empty[ring.stage],
-                    ring.phase ^ 1);
+      uint64_t* empty =
+          kRawRing ? (value ? &header.raw_v_empty[ring.stage] : &header.raw_k_empty[ring.stage])
+                   : (value ? &header.v_empty[ring.stage] : &header.k_empty[ring.stage]);
+      mbarrier_wait(empty, ring.phase ^ 1);
       if (kLoadsBlocks && threadIdx.x % 32 == 0) {
         uint8_t* destination =
-            kCompact ? (value ? smem.compact_v(ring.stage, kSlotBytes)
-                              : smem.compact_k(ring.stage, kSlotBytes))
-                     : (value ? smem.v(ring.stage) : smem.k(ring.stage));
-        load_operand<kKv, kCompact>(p, value ? &p.tma_v : &p.tma_k, full, destination, coord,
-                                    kv_head);
+            kLanding == Landing::kFullStage ? (value ? smem.v(ring.stage) : smem.k(ring.stage))
+            : kRawRing                      ? (value ? smem.raw_v(ring.stage)
+                                                     : smem.raw_k(ring.stage))
+                                            : (value ? smem.compact_v(ring.stage, kSlotBytes)
+                                                     : smem.compact_k(ring.stage, kSlotBytes));
+        load_operand<kKv, kLanding != Landing::kFullStage>(
+            p, value ? &p.tma_v : &p.tma_k, full, destination, coord, kv_head);
       }
       if constexpr (is_nvfp4(kKv)) {
         stage_operand_scales(nvfp4_block_scales(p, value, coord, kv_head, valid_keys), value,
@@ -241,29 +255,38 @@ __device__ inline void stage_scales_beside_blocks(const AttentionParams& p, cons
   }
 }
 
-// The converter warps (producer_converts): each union block's K, then V, rewritten in place once
-// it landed (NVFP4's with its staged scales: the full barrier counts the stager's arrivals),
+// The converter warps (producer_converts): each union block's K, then V, rewritten as q's dtype
+// once it landed (the full barrier counts the stager's arrivals where blocks carry scales),
 // fenced into the async proxy (the consumers' wgmma read it) and announced on the stage's
-// converted barrier. The consumers release a stage only after they waited for that, so the
-// producer's next box into it also waits for the rewrite.
+// converted barrier. fp8 is rewritten in place (kv_convert.cuh), so the consumers' release of
+// a stage also frees it for the next box. NVFP4 is read from the raw ring (its own cursor,
+// released on its empty barriers once read) into a full stage that the consumers released.
 template <typename Element, KvFormat kKv>
 __device__ inline void convert_stages(const AttentionParams& p, const Smem& smem,
                                       const TilePlan& plan) {
   const int num_stages = p.smem_layout.num_stages;
+  const int raw_stages = p.smem_layout.raw_stages;
   SmemHeader& header = smem.header();
   const int worker = threadIdx.x - kFirstConverterThread;
   // V's scales staged from page-local planes keep their token-quad order (stage_operand_scales).
   const bool value_token_quads = p.nvfp4_page_local != 0;
-  RingCursor ring;
-  for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
+  RingCursor ring, raw;
+  for (int u = plan.slice_begin; u < plan.slice_end;
+       ++u, ring.advance(num_stages), raw.advance(is_nvfp4(kKv) ? raw_stages : num_stages)) {
 #pragma unroll 1
     for (int value = 0; value < 2; ++value) {
-      mbarrier_wait(value ? &header.v_full[ring.stage] : &header.k_full[ring.stage], ring.phase);
       uint8_t* stage = value ? smem.v(ring.stage) : smem.k(ring.stage);
       if constexpr (is_nvfp4(kKv)) {
-        convert_nvfp4_stage<Element>(stage, smem.staged_block_scales(ring.stage, value),
-                                     value && value_token_quads, worker);
+        mbarrier_wait(value ? &header.v_empty[ring.stage] : &header.k_empty[ring.stage],
+                      ring.phase ^ 1);
+        mbarrier_wait(value ? &header.v_full[raw.stage] : &header.k_full[raw.stage], raw.phase);
+        convert_nvfp4_block<Element>(value ? smem.raw_v(raw.stage) : smem.raw_k(raw.stage),
+                                     smem.staged_block_scales(raw.stage, value),
+                                     value && value_token_quads, stage, worker);
+        mbarrier_arrive(value ? &header.raw_v_empty[raw.stage] : &header.raw_k_empty[raw.stage]);
       } else {
+        mbarrier_wait(value ? &header.v_full[ring.stage] : &header.k_full[ring.stage],
+                      ring.phase);
         for (int row = worker; row < kBlockKeys; row += kConverterThreads) {
           convert_fp8_row<Element>(stage, row);
         }

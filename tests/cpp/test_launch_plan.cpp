@@ -327,16 +327,20 @@ TEST(LaunchPlan, Nvfp4KvTakeTheDecodeKernelOrTheTwoConsumerKernel) {
             decode.smem.token_scales + decode.smem.num_stages * 2 * sm90::kNvfp4ScaleTileBytes);
   EXPECT_LE(decode.smem.bytes + sm90::kSharedMemoryAlignmentSlack,
             static_cast<uint32_t>(sm90::kTwoCtasPerSmSharedBytes));
-  // Prefill: the union tile, its full 32 KiB stages rewritten by the converter warps, each
-  // stage's block scales staged beside it; no pacing.
+  // Prefill: the union tile, its full 32 KiB stages written by the converter warps from a raw
+  // ring of 8 KiB boxes, each raw stage's block scales staged beside it; no pacing.
   const LaunchPlan prefill = plan_launch(nvfp4(kPrefill32K), h200(), sm90::default_tuning());
   EXPECT_FALSE(prefill.token_warps);
   EXPECT_EQ(prefill.num_consumer_warpgroups, 2);
   EXPECT_EQ(prefill.smem.num_stages, sm90::kPrefillMaxStages);
+  const uint32_t raw_stages = static_cast<uint32_t>(prefill.smem.raw_stages);
+  EXPECT_GE(raw_stages, 2u);
   EXPECT_EQ(prefill.smem.v, prefill.smem.k + prefill.smem.num_stages * sm90::kKvTileBytes);
-  EXPECT_EQ(prefill.smem.token_scales, prefill.smem.v + prefill.smem.num_stages * sm90::kKvTileBytes);
+  EXPECT_EQ(prefill.smem.raw_k, prefill.smem.v + prefill.smem.num_stages * sm90::kKvTileBytes);
+  EXPECT_EQ(prefill.smem.raw_v, prefill.smem.raw_k + raw_stages * sm90::kNvfp4TileBytes);
+  EXPECT_EQ(prefill.smem.token_scales, prefill.smem.raw_v + raw_stages * sm90::kNvfp4TileBytes);
   EXPECT_EQ(prefill.smem.union_blocks,
-            prefill.smem.token_scales + prefill.smem.num_stages * 2 * sm90::kNvfp4ScaleTileBytes);
+            prefill.smem.token_scales + raw_stages * 2 * sm90::kNvfp4ScaleTileBytes);
   EXPECT_LE(prefill.smem.bytes + sm90::kSharedMemoryAlignmentSlack,
             static_cast<uint32_t>(sm90::kSharedMemoryLimit));
   EXPECT_EQ(prefill.pacing_slack, 0);
@@ -347,6 +351,7 @@ TEST(LaunchPlan, Nvfp4KvTakeTheDecodeKernelOrTheTwoConsumerKernel) {
   const LaunchPlan by_warps = plan_launch(nvfp4(kPrefill32K), h200(), warps);
   EXPECT_TRUE(by_warps.token_warps);
   EXPECT_EQ(by_warps.smem.num_stages, sm90::kMaxStages);
+  EXPECT_EQ(by_warps.smem.raw_stages, 0);
   EXPECT_EQ(by_warps.smem.v, by_warps.smem.k + by_warps.smem.num_stages * sm90::kNvfp4TileBytes);
   // No call reaches the one-consumer shape for NVFP4 (it has no NVFP4 form): calls that would
   // take it (few rows a request, topk 64 decode, the override) take the two-consumer kernel.
