@@ -372,10 +372,16 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   c.token_warps = c.num_consumer_warpgroups == 2 && !c.decode_kernel && converts_kv &&
                   tuned(tuning.token_warps, nvfp4 ? 0 : 1, 0, 1) == 1;
   c.smem = smem_layout(args, c, tuning);
-  // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh);
-  // the NVFP4 union tile's loads need a raw stage.
-  if (c.smem.num_stages < (c.num_consumer_warpgroups == 2 ? 2 : 1) ||
-      (nvfp4 && !c.token_warps && !c.decode_kernel && c.smem.raw_stages < 1)) {
+  // The NVFP4 union tile's loads need a raw stage beside its two full ones; tiles whose
+  // planning buffers leave no room for one (group size 1: 128 tokens a tile) take token warps.
+  // The rule reads only the group size and topk, so a flat call and its paged twin agree.
+  if (nvfp4 && c.num_consumer_warpgroups == 2 && !c.decode_kernel && !c.token_warps &&
+      c.smem.raw_stages < 1) {
+    c.token_warps = true;
+    c.smem = smem_layout(args, c, tuning);
+  }
+  // The two-consumer kernel exchanges warpgroup state through two K stages (consumer.cuh).
+  if (c.smem.num_stages < (c.num_consumer_warpgroups == 2 ? 2 : 1)) {
     throw Error(FLASHMSA_ERROR_INTERNAL, "shared memory plan has too few stages");
   }
   // Rings of one stage serialise their loads already (and the throttle's wait needs two).

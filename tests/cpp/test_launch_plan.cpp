@@ -345,6 +345,13 @@ TEST(LaunchPlan, Nvfp4KvTakeTheDecodeKernelOrTheTwoConsumerKernel) {
             static_cast<uint32_t>(sm90::kSharedMemoryLimit));
   EXPECT_EQ(prefill.pacing_slack, 0);
   EXPECT_FALSE(prefill.speculate_first_block);
+  // Group size 1 (tiles of 128 tokens): the planning buffers leave no room for a raw stage,
+  // so token warps, flat and paged alike.
+  for (const bool paged : {false, true}) {
+    const flashmsa_args one_head = nvfp4({8, 1024, 1, 1, 16, 4096, paged});
+    SCOPED_TRACE(paged);
+    EXPECT_TRUE(plan_launch(one_head, h200(), sm90::default_tuning()).token_warps);
+  }
   // The override token_warps=1: token warps on compact rings of 8 KiB stages.
   flashmsa_tuning warps = sm90::default_tuning();
   warps.token_warps = 1;
