@@ -144,9 +144,9 @@ constexpr uint64_t kCacheHintEvictFirst = 0x12F0000000000000ull;
 // moves registers between the warpgroups of one CTA only: the sum may not pass what the launch
 // gave the CTA (65536 / (threads x CTAs per SM), rounded down to 8, per thread), or the
 // consumers' increase waits forever.
-// Two consumers, one CTA per SM: 168 a thread at launch; 24 + 2 * 240 = 504 (converted formats:
-// 40 + 2 * 232, for the scale stager and the converter warps; fp8's producer loop alone spilled
-// at 24).
+// Two consumers, one CTA per SM: 168 a thread at launch; 24 + 2 * 240 = 504 (fp8: 32 + 2 * 232,
+// as its producer's loop spilled at 24; per-token fp8: 40 + 2 * 232, for the scale stager;
+// NVFP4: 56 + 2 * 224, for its converter warps, which spilled their conversion at 40).
 // One consumer, two CTAs per SM: 128 at launch; 24 + 232 = 256 (per-token fp8: 40 + 216, for
 // the scale stager: at 24 its loop and the plan it shares with the consumers spilled).
 template <int kConsumers, KvFormat kKv = KvFormat::kNative>
@@ -156,7 +156,7 @@ struct RoleConfig {
   static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
   static constexpr bool kNvfp4Converters = kConsumers == 2 && is_nvfp4(kKv);
   static constexpr int kProducerRegisters =
-      kNvfp4Converters ? 56 : stages_scales(kKv) || kWideProducer ? 40 : 24;
+      kNvfp4Converters ? 56 : stages_scales(kKv) ? 40 : kWideProducer ? 32 : 24;
   static constexpr int kConsumerRegisters =
       kConsumers == 1 ? (stages_scales(kKv) ? 216 : 232)
                       : (kNvfp4Converters ? 224 : kWideProducer ? 232 : 240);
