@@ -146,7 +146,8 @@ constexpr uint64_t kCacheHintEvictFirst = 0x12F0000000000000ull;
 // consumers' increase waits forever.
 // Two consumers, one CTA per SM: 168 a thread at launch; 24 + 2 * 240 = 504 (fp8: 32 + 2 * 232,
 // as its producer's loop spilled at 24; per-token fp8: 40 + 2 * 232, for the scale stager;
-// NVFP4: 56 + 2 * 224, for its converter warps, which spilled their conversion at 40).
+// NVFP4: 56 + 2 * 224, for the union tile's converter warps, which spilled their conversion at
+// 40; its token warps, which share the budget, spill less at 224 than at 232).
 // One consumer, two CTAs per SM: 128 at launch; 24 + 232 = 256 (per-token fp8: 40 + 216, for
 // the scale stager: at 24 its loop and the plan it shares with the consumers spilled).
 template <int kConsumers, KvFormat kKv = KvFormat::kNative>

@@ -366,9 +366,9 @@ LaunchPlan plan_launch(const flashmsa_args& args, const DeviceProperties& device
   // a request holds, but the host knows them only for paged calls (the page table's width) and
   // a flat call would then take another kernel than the same call paged (other bits); so every
   // such call takes token warps.
-  // NVFP4 takes the union tile, its stages rewritten in place by the producer warpgroup's
-  // converter warps while the consumers compute (producer_converts), unless the override asks
-  // for token warps.
+  // NVFP4 takes the union tile, whose full stages the producer warpgroup's converter warps
+  // write from a raw ring while the consumers compute (producer_converts), unless the override
+  // asks for token warps.
   c.token_warps = c.num_consumer_warpgroups == 2 && !c.decode_kernel && converts_kv &&
                   tuned(tuning.token_warps, nvfp4 ? 0 : 1, 0, 1) == 1;
   c.smem = smem_layout(args, c, tuning);

@@ -1,6 +1,6 @@
-// NVFP4 K/V (KvFormat::kNvfp4) converted in registers on their way into the products or in
-// place in shared memory, and the block scales the producers stage beside each block for it
-// (contract section 6).
+// NVFP4 K/V (KvFormat::kNvfp4) converted in registers on their way into the products, or
+// from a raw stage into a full stage of q's dtype in shared memory (the union tile), and the
+// block scales the producers stage beside each block for it (contract section 6).
 //
 // A value is e2m1 * scale: an E2M1 magnitude (0, 0.5, 1, 1.5, 2, 3, 4, 6) has two significant
 // bits and an E4M3 scale four, so their product is exact in bf16 and fp16 (at most six bits,
