@@ -24,11 +24,13 @@ HEAD_DIM = 128
 
 
 def make_case(batch, hq, hkv, topk, q_lens, k_lens, causal, pattern="random", dtype=torch.bfloat16,
-              paged=False, seed=0, device="cuda"):
-    """The call's arguments (randn / 3 data, `pattern` selections), built as the CLI builds them."""
+              paged=False, seed=0, device="cuda", kv_dtype=None):
+    """The call's arguments (randn / 3 data, `pattern` selections), built as the CLI builds them;
+    kv_dtype: q's dtype (None), or "fp8" / "nvfp4" K/V quantized as the CLI does."""
     assert len(q_lens) == len(k_lens) == batch
-    return build_inputs(list(q_lens), list(k_lens), hq, hkv, topk, pattern, causal, dtype, dtype,
-                        "paged" if paged else "flat", device, seed)
+    return build_inputs(list(q_lens), list(k_lens), hq, hkv, topk, pattern, causal, dtype,
+                        dtype if kv_dtype is None else kv_dtype, "paged" if paged else "flat",
+                        device, seed)
 
 
 def check(name, args, rows=None, **extra):
@@ -97,10 +99,10 @@ def cases_from_env(name, default):
                  for case in os.environ[name].split(","))
 
 
-def decode_case(batch, tokens, kv_len, pattern="random", seed=0, topk=16):
+def decode_case(batch, tokens, kv_len, pattern="random", seed=0, topk=16, kv_dtype=None):
     """MiniMax-M3 decode: paged cache, `tokens` query tokens per request, causal."""
     return make_case(batch, 64, 4, topk, [tokens] * batch, [kv_len] * batch, True,
-                     pattern=pattern, paged=True, seed=seed)
+                     pattern=pattern, paged=True, seed=seed, kv_dtype=kv_dtype)
 
 
 def decode_topk_sweep():

@@ -13,7 +13,8 @@ mkdir -p "$out"
 export FLASHMSA_LIBRARY=${FLASHMSA_LIBRARY:-build-gpu/libflashmsa.so} PYTHONPATH=python
 which=${1:-both}
 sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
-          --section SchedulerStats --section LaunchStats --section Occupancy)
+          --section SchedulerStats --section LaunchStats --section Occupancy
+          --section ComputeWorkloadAnalysis --section InstructionStats)
 if [ "${2:-}" = "--source" ]; then
   ncu --clock-control none --cache-control none --profile-from-start off \
     -k "regex:prefill_kernel|decode_kernel" "${sections[@]}" \

@@ -562,14 +562,11 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       return (value ? smem.v(stage) : smem.k(stage)) + landing_offset(kKv);
     }
   };
-  RingCursor ring;
-  for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
-    const int stage = ring.stage;
-    const uint32_t phase = ring.phase;
-    mbarrier_wait(&header.k_full[stage], phase);
-    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
-    FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
-    float s[4 * kWarpScoreTiles];
+  // The block's three phases. scores: S = Q K^T of this warp's keys from the landed K (its
+  // per-token scales applied). softmax: the block's row maxima over the four warps, the
+  // probabilities shared for every warp's P V, O rescaled; its first barrier also means every
+  // warp has read the previous block's P. values: O += P V of this warp's dims.
+  auto scores = [&](int stage, float (&s)[4 * kWarpScoreTiles]) {
     if constexpr (is_nvfp4(kKv)) {
       // The block's scales landed with it (the producer warp stages them: decode_kernel.cuh).
       uint32_t key_block_scales[2];
@@ -585,9 +582,8 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     } else {
       warp_scores<Element>(smem_address(smem.q(0)), smem_address(smem.k(stage)), first_key, s);
     }
-    release_stage(&header.k_empty[stage]);
-    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstScores);
-
+  };
+  auto softmax_of_block = [&](int u, const RingCursor& slot, float (&s)[4 * kWarpScoreTiles]) {
     const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
     const int block_visible = min(max(key_limit - block_first_key, 0), kBlockKeys);
     int visible[2];
@@ -599,7 +595,6 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       block_max[h] = max_over_row_quad(OnlineSoftmax<kTemperatureLse>::scale_and_mask_row(
           s, h, visible[h], scales.scale_log2));
     }
-    // share_block_max's barrier also means every warp has read the previous block's P.
     share_block_max(exchange, block_max);
     float correction[2];
 #pragma unroll
@@ -608,8 +603,8 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     }
     if constexpr (kTokenScales) {
       if (token_scales.v.scales != nullptr) {
-        mbarrier_wait(&header.v_full[stage], phase);  // V's scales land with V
-        scale_warp_columns_from_stage(s, smem.staged_token_scales(stage, true), warp);
+        mbarrier_wait(&header.v_full[slot.stage], slot.phase);  // V's scales land with V
+        scale_warp_columns_from_stage(s, smem.staged_token_scales(slot.stage, true), warp);
       }
     }
     uint32_t probabilities[2 * kWarpScoreTiles];
@@ -617,9 +612,8 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     share_probabilities(exchange.probabilities, probabilities);
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
     named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory
-    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
-    mbarrier_wait(&header.v_full[stage], phase);
-    FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
+  };
+  auto values = [&](int u, int stage) {
     if constexpr (is_nvfp4(kKv)) {
       warp_values_nvfp4<Element>(exchange.probabilities,
                                  smem_address(smem.compact_v(stage, kNvfp4TileBytes)),
@@ -629,13 +623,66 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       warp_values_fp8<Element>(exchange.probabilities, smem_address(landed_fp8(true, stage)),
                                warp, o);
     } else {
+      const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
       if (plan.seqlen_k - block_first_key < kBlockKeys) {
         zero_warp_value_tail(smem.v(stage), max(plan.seqlen_k - block_first_key, 0),
                              first_chunk);
       }
       warp_values<Element>(exchange.probabilities, smem_address(smem.v(stage)), first_chunk, o);
     }
-    release_stage(&header.v_empty[stage]);
+  };
+
+  // The decode kernel's converted formats are bound by each block's chain of conversions and
+  // products, two CTAs an SM: there the loop runs one block ahead on K, so that block u's
+  // P V and block u + 1's S = Q K^T are one stretch of independent work (their conversions
+  // and products interleave) between the two barriers of the softmax. The arithmetic is the
+  // same in the same order: the results are bitwise those of the block-by-block loop. Its
+  // rings have at least two stages, so K(u + 1) is issued before the consumers wait for it.
+  constexpr bool kOneBlockAheadOnK = kCompactRings && is_converted(kKv);
+  if constexpr (!kOneBlockAheadOnK) {
+    RingCursor ring;
+    for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
+      mbarrier_wait(&header.k_full[ring.stage], ring.phase);
+      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstK);
+      FLASHMSA_MARK_IF(u == plan.slice_end - 1, kMarkLastK);
+      float s[4 * kWarpScoreTiles];
+      scores(ring.stage, s);
+      release_stage(&header.k_empty[ring.stage]);
+      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstScores);
+      softmax_of_block(u, ring, s);
+      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
+      mbarrier_wait(&header.v_full[ring.stage], ring.phase);
+      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
+      values(u, ring.stage);
+      release_stage(&header.v_empty[ring.stage]);
+    }
+  } else if (plan.slice_begin < plan.slice_end) {
+    RingCursor ring;  // block u's slot; K's of block u + 1 is the next one
+    float s[4 * kWarpScoreTiles];
+    mbarrier_wait(&header.k_full[0], 0);
+    FLASHMSA_MARK(kMarkFirstK);
+    scores(0, s);
+    release_stage(&header.k_empty[0]);
+    FLASHMSA_MARK(kMarkFirstScores);
+    softmax_of_block(plan.slice_begin, ring, s);
+    FLASHMSA_MARK(kMarkFirstSoftmax);
+    for (int u = plan.slice_begin; u + 1 < plan.slice_end; ++u) {
+      RingCursor next = ring;
+      next.advance(num_stages);
+      mbarrier_wait(&header.v_full[ring.stage], ring.phase);
+      mbarrier_wait(&header.k_full[next.stage], next.phase);
+      FLASHMSA_MARK_IF(u + 1 == plan.slice_end - 1, kMarkLastK);
+      values(u, ring.stage);
+      scores(next.stage, s);
+      fence_proxy_async_shared();  // release_stage's fence, once for both reads
+      mbarrier_arrive(&header.v_empty[ring.stage]);
+      mbarrier_arrive(&header.k_empty[next.stage]);
+      softmax_of_block(u + 1, next, s);
+      ring = next;
+    }
+    mbarrier_wait(&header.v_full[ring.stage], ring.phase);
+    values(plan.slice_end - 1, ring.stage);
+    release_stage(&header.v_empty[ring.stage]);
   }
   FLASHMSA_MARK(kMarkLoopDone);
 
