@@ -583,8 +583,8 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       warp_scores<Element>(smem_address(smem.q(0)), smem_address(smem.k(stage)), first_key, s);
     }
   };
-  auto softmax_of_block = [&](int u, const RingCursor& slot, float (&s)[4 * kWarpScoreTiles]) {
-    const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
+  auto softmax_of_block = [&](int block_first_key, const RingCursor& slot,
+                              float (&s)[4 * kWarpScoreTiles]) {
     const int block_visible = min(max(key_limit - block_first_key, 0), kBlockKeys);
     int visible[2];
 #pragma unroll
@@ -613,7 +613,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     OnlineSoftmax<kTemperatureLse>::rescale(o, correction);
     named_barrier_sync(kConsumerBarrier, 128);  // P of all 128 keys is in shared memory
   };
-  auto values = [&](int u, int stage) {
+  auto values = [&](int block_first_key, int stage) {
     if constexpr (is_nvfp4(kKv)) {
       warp_values_nvfp4<Element>(exchange.probabilities,
                                  smem_address(smem.compact_v(stage, kNvfp4TileBytes)),
@@ -623,7 +623,6 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       warp_values_fp8<Element>(exchange.probabilities, smem_address(landed_fp8(true, stage)),
                                warp, o);
     } else {
-      const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
       if (plan.seqlen_k - block_first_key < kBlockKeys) {
         zero_warp_value_tail(smem.v(stage), max(plan.seqlen_k - block_first_key, 0),
                              first_chunk);
@@ -632,13 +631,14 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     }
   };
 
-  // The decode kernel's converted formats are bound by each block's chain of conversions and
-  // products, two CTAs an SM: there the loop runs one block ahead on K, so that block u's
-  // P V and block u + 1's S = Q K^T are one stretch of independent work (their conversions
-  // and products interleave) between the two barriers of the softmax. The arithmetic is the
-  // same in the same order: the results are bitwise those of the block-by-block loop. Its
-  // rings have at least two stages, so K(u + 1) is issued before the consumers wait for it.
-  constexpr bool kOneBlockAheadOnK = kCompactRings && is_converted(kKv);
+  // NVFP4 in the decode kernel is bound by its instructions (mostly the conversions), issued
+  // by two CTAs' warps an SM: there the loop runs one block ahead on K, so that block u's P V
+  // and block u + 1's S = Q K^T are one stretch of independent work (their conversions and
+  // products interleave) between the two barriers of the softmax. The arithmetic is the same
+  // in the same order: the results are bitwise those of the block-by-block loop. Its four-stage
+  // rings have K(u + 1) issued before the consumers wait for it. (fp8, whose two-slot rings
+  // the held K stage leaves one slot in flight, gained nothing by it.)
+  constexpr bool kOneBlockAheadOnK = kCompactRings && is_nvfp4(kKv);
   if constexpr (!kOneBlockAheadOnK) {
     RingCursor ring;
     for (int u = plan.slice_begin; u < plan.slice_end; ++u, ring.advance(num_stages)) {
@@ -649,11 +649,12 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       scores(ring.stage, s);
       release_stage(&header.k_empty[ring.stage]);
       FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstScores);
-      softmax_of_block(u, ring, s);
+      const int block_first_key = smem.union_blocks()[u] * kBlockKeys;
+      softmax_of_block(block_first_key, ring, s);
       FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstSoftmax);
       mbarrier_wait(&header.v_full[ring.stage], ring.phase);
       FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
-      values(u, ring.stage);
+      values(block_first_key, ring.stage);
       release_stage(&header.v_empty[ring.stage]);
     }
   } else if (plan.slice_begin < plan.slice_end) {
@@ -664,7 +665,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     scores(0, s);
     release_stage(&header.k_empty[0]);
     FLASHMSA_MARK(kMarkFirstScores);
-    softmax_of_block(plan.slice_begin, ring, s);
+    softmax_of_block(smem.union_blocks()[plan.slice_begin] * kBlockKeys, ring, s);
     FLASHMSA_MARK(kMarkFirstSoftmax);
     for (int u = plan.slice_begin; u + 1 < plan.slice_end; ++u) {
       RingCursor next = ring;
@@ -672,16 +673,16 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       mbarrier_wait(&header.v_full[ring.stage], ring.phase);
       mbarrier_wait(&header.k_full[next.stage], next.phase);
       FLASHMSA_MARK_IF(u + 1 == plan.slice_end - 1, kMarkLastK);
-      values(u, ring.stage);
+      values(0, ring.stage);  // the key offset is the native format's (its tail)
       scores(next.stage, s);
       fence_proxy_async_shared();  // release_stage's fence, once for both reads
       mbarrier_arrive(&header.v_empty[ring.stage]);
       mbarrier_arrive(&header.k_empty[next.stage]);
-      softmax_of_block(u + 1, next, s);
+      softmax_of_block(smem.union_blocks()[u + 1] * kBlockKeys, next, s);
       ring = next;
     }
     mbarrier_wait(&header.v_full[ring.stage], ring.phase);
-    values(plan.slice_end - 1, ring.stage);
+    values(0, ring.stage);
     release_stage(&header.v_empty[ring.stage]);
   }
   FLASHMSA_MARK(kMarkLoopDone);
