@@ -285,6 +285,11 @@ __device__ inline void consume(const AttentionParams& p, const Smem& smem, const
     if (warp_reads) {
       float correction[2];
       if constexpr (kTokenScales) {
+        // V's scales land with V, on its full barrier: where the converter warps rewrite the
+        // stages, nothing else on this path has waited for it yet.
+        if (kProducerConverts && token_scales.v.scales != nullptr) {
+          mbarrier_wait(&header.v_full[stage], phase);
+        }
         softmax.template update<Element>(
             s, visible, scales.scale_log2, p.lse_temperature, probabilities, correction,
             [&](auto& probability) {
