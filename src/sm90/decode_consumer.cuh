@@ -636,8 +636,8 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
   // and block u + 1's S = Q K^T are one stretch of independent work (their conversions and
   // products interleave) between the two barriers of the softmax. The arithmetic is the same
   // in the same order: the results are bitwise those of the block-by-block loop. Its four-stage
-  // rings have K(u + 1) issued before the consumers wait for it. (fp8, whose two-slot rings
-  // the held K stage leaves one slot in flight, gained nothing by it.)
+  // rings have K(u + 1) issued before the consumers wait for it. (fp8 gained nothing by it: on
+  // its two-slot rings the held K slot leaves one slot in flight.)
   constexpr bool kOneBlockAheadOnK = kCompactRings && is_nvfp4(kKv);
   if constexpr (!kOneBlockAheadOnK) {
     RingCursor ring;
@@ -662,6 +662,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     float s[4 * kWarpScoreTiles];
     mbarrier_wait(&header.k_full[0], 0);
     FLASHMSA_MARK(kMarkFirstK);
+    FLASHMSA_MARK_IF(plan.slice_begin + 1 == plan.slice_end, kMarkLastK);
     scores(0, s);
     release_stage(&header.k_empty[0]);
     FLASHMSA_MARK(kMarkFirstScores);
@@ -672,6 +673,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       next.advance(num_stages);
       mbarrier_wait(&header.v_full[ring.stage], ring.phase);
       mbarrier_wait(&header.k_full[next.stage], next.phase);
+      FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
       FLASHMSA_MARK_IF(u + 1 == plan.slice_end - 1, kMarkLastK);
       values(0, ring.stage);  // the key offset is the native format's (its tail)
       scores(next.stage, s);
@@ -682,6 +684,7 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       ring = next;
     }
     mbarrier_wait(&header.v_full[ring.stage], ring.phase);
+    FLASHMSA_MARK_IF(plan.slice_begin + 1 == plan.slice_end, kMarkFirstV);
     values(0, ring.stage);
     release_stage(&header.v_empty[ring.stage]);
   }
