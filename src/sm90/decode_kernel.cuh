@@ -51,6 +51,9 @@ constexpr uint32_t kPageRowBarrier = 3;    // named barrier: the guessed page-ta
 constexpr int kCachedPageRow = 128 * kPageRowLoadsPerThread;
 static_assert(kDecodeRows * 128 + kCachedPageRow * sizeof(int32_t) <= kQPanelBytes,
               "the cached page row must fit beside the token's Q rows");
+static_assert(kQPanelBytes + kDecodeRows * 128 + kCachedPageRow * sizeof(int32_t) <=
+                  kDecodeQRegionFreeOffset,
+              "the Q region's free tail (kernel_traits.h) must start past the cached page row");
 
 __device__ __forceinline__ int32_t* cached_page_row(const Smem& smem) {
   return reinterpret_cast<int32_t*>(smem.q(0) + kQPanelBytes + kDecodeRows * 128);
