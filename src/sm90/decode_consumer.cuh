@@ -659,14 +659,15 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
     }
   } else if (plan.slice_begin < plan.slice_end) {
     RingCursor ring;  // block u's slot; K's of block u + 1 is the next one
+    int block_first_key = smem.union_blocks()[plan.slice_begin] * kBlockKeys;  // block u's
     float s[4 * kWarpScoreTiles];
-    mbarrier_wait(&header.k_full[0], 0);
+    mbarrier_wait(&header.k_full[ring.stage], ring.phase);
     FLASHMSA_MARK(kMarkFirstK);
     FLASHMSA_MARK_IF(plan.slice_begin + 1 == plan.slice_end, kMarkLastK);
-    scores(0, s);
-    release_stage(&header.k_empty[0]);
+    scores(ring.stage, s);
+    release_stage(&header.k_empty[ring.stage]);
     FLASHMSA_MARK(kMarkFirstScores);
-    softmax_of_block(smem.union_blocks()[plan.slice_begin] * kBlockKeys, ring, s);
+    softmax_of_block(block_first_key, ring, s);
     FLASHMSA_MARK(kMarkFirstSoftmax);
     for (int u = plan.slice_begin; u + 1 < plan.slice_end; ++u) {
       RingCursor next = ring;
@@ -675,17 +676,18 @@ __device__ inline void consume_one_token(const AttentionParams& p, const Smem& s
       mbarrier_wait(&header.k_full[next.stage], next.phase);
       FLASHMSA_MARK_IF(u == plan.slice_begin, kMarkFirstV);
       FLASHMSA_MARK_IF(u + 1 == plan.slice_end - 1, kMarkLastK);
-      values(0, ring.stage);  // the key offset is the native format's (its tail)
+      values(block_first_key, ring.stage);
       scores(next.stage, s);
       fence_proxy_async_shared();  // release_stage's fence, once for both reads
       mbarrier_arrive(&header.v_empty[ring.stage]);
       mbarrier_arrive(&header.k_empty[next.stage]);
-      softmax_of_block(smem.union_blocks()[u + 1] * kBlockKeys, next, s);
+      block_first_key = smem.union_blocks()[u + 1] * kBlockKeys;
+      softmax_of_block(block_first_key, next, s);
       ring = next;
     }
     mbarrier_wait(&header.v_full[ring.stage], ring.phase);
     FLASHMSA_MARK_IF(plan.slice_begin + 1 == plan.slice_end, kMarkFirstV);
-    values(0, ring.stage);
+    values(block_first_key, ring.stage);
     release_stage(&header.v_empty[ring.stage]);
   }
   FLASHMSA_MARK(kMarkLoopDone);

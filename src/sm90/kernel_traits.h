@@ -205,12 +205,14 @@ struct SmemHeader {
 // the tile's (at most 128) index entries.
 constexpr int kPageRowLoadsPerThread = 8;
 // The decode kernel's Q region (two panels) holds the token's 16 Q rows, the consumer warps'
-// exchange (first panel, decode_consumer.cuh) and the guessed request's page row (second
-// panel, 128 x kPageRowLoadsPerThread pages, decode_kernel.cuh); the rest of the second panel,
-// from here, is free: the test-only override planning_in_q puts the planning buffers and the
-// barrier header there (launch_plan.cpp).
+// exchange (first panel, decode_consumer.cuh) and the guessed request's page row of
+// kCachedPageRow pages (second panel, past its Q rows: decode_kernel.cuh); the rest of the
+// second panel, from kDecodeQRegionFreeOffset, is free: the test-only override planning_in_q
+// puts the planning buffers and the barrier header there (launch_plan.cpp).
+constexpr int kCachedPageRow = 128 * kPageRowLoadsPerThread;
+constexpr uint32_t kCachedPageRowOffset = kQPanelBytes + kDecodeRows * 128;
 constexpr uint32_t kDecodeQRegionFreeOffset =
-    kQPanelBytes + kDecodeRows * 128 + 128 * kPageRowLoadsPerThread * sizeof(int32_t);
+    kCachedPageRowOffset + kCachedPageRow * sizeof(int32_t);
 constexpr int kPageRowCapacity = (kMaxThreads - 32) * kPageRowLoadsPerThread;
 constexpr int kWarpPlanMaxEntries = 128;  // four per lane of one warp
 constexpr uint32_t kWarpScratchBytes = (kPageRowCapacity + kWarpPlanMaxEntries) * 4;
