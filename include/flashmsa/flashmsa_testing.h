@@ -42,10 +42,6 @@ typedef struct flashmsa_tuning {
                                 rows' blocks, converting in registers (token_warp_consumer.cuh;
                                 fp8's default), 0 the union tile, its stages rewritten by the
                                 producer's converter warps (NVFP4's default) */
-  int32_t planning_in_q;     /* 1: the decode kernel's planning buffers and barrier header in
-                                its Q region's free tail where they fit (no push receive
-                                buffer), so that its rings take those bytes too (plain fp8:
-                                three stages at two CTAs per SM) */
 } flashmsa_tuning;
 
 /* Every field FLASHMSA_TUNING_DEFAULT. */

@@ -131,7 +131,7 @@ class Tuning(ctypes.Structure):
     _fields_ = [(name, _i32) for name in (
         "splits", "decode_kernel", "one_consumer", "tiles_outer", "evict_first", "l2_promotion",
         "speculate", "deep_pipeline", "ctas_per_sm", "stages", "prefill_stages", "throttle",
-        "pace", "cluster", "push", "warp_plan", "token_warps", "planning_in_q")]
+        "pace", "cluster", "push", "warp_plan", "token_warps")]
 
 
 TUNING_DEFAULT = -1

@@ -127,7 +127,7 @@ FLASHMSA_API void flashmsa_tuning_init(flashmsa_tuning* tuning) {
       tuning->evict_first = tuning->l2_promotion = tuning->speculate = tuning->deep_pipeline =
           tuning->ctas_per_sm = tuning->stages = tuning->prefill_stages = tuning->throttle =
               tuning->pace = tuning->cluster = tuning->push = tuning->warp_plan =
-                  tuning->token_warps = tuning->planning_in_q = FLASHMSA_TUNING_DEFAULT;
+                  tuning->token_warps = FLASHMSA_TUNING_DEFAULT;
 }
 
 FLASHMSA_API flashmsa_status flashmsa_sparse_attention_tuned(const flashmsa_args* args,

@@ -48,8 +48,8 @@ constexpr uint32_t kPageRowBarrier = 3;    // named barrier: the guessed page-ta
 // warp planning): 1024 pages, a 131072-key request; blocks past that are looked up in global
 // memory as before. It lives in the second Q panel's rows 16..63, which a one-token tile never
 // loads (decode_consumer.cuh's exchange uses the first panel's).
-// (kCachedPageRow and its offset: kernel_traits.h, beside the Q region's free tail.)
-static_assert(kDecodeQRegionFreeOffset <= 2 * kQPanelBytes,
+// (kCachedPageRow and its offset: kernel_traits.h.)
+static_assert(kCachedPageRowOffset + kCachedPageRow * sizeof(int32_t) <= 2 * kQPanelBytes,
               "the cached page row must fit beside the token's Q rows");
 
 __device__ __forceinline__ int32_t* cached_page_row(const Smem& smem) {

@@ -206,13 +206,9 @@ struct SmemHeader {
 constexpr int kPageRowLoadsPerThread = 8;
 // The decode kernel's Q region (two panels) holds the token's 16 Q rows, the consumer warps'
 // exchange (first panel, decode_consumer.cuh) and the guessed request's page row of
-// kCachedPageRow pages (second panel, past its Q rows: decode_kernel.cuh); the rest of the
-// second panel, from kDecodeQRegionFreeOffset, is free: the test-only override planning_in_q
-// puts the planning buffers and the barrier header there (launch_plan.cpp).
+// kCachedPageRow pages (second panel, past its Q rows: decode_kernel.cuh).
 constexpr int kCachedPageRow = 128 * kPageRowLoadsPerThread;
 constexpr uint32_t kCachedPageRowOffset = kQPanelBytes + kDecodeRows * 128;
-constexpr uint32_t kDecodeQRegionFreeOffset =
-    kCachedPageRowOffset + kCachedPageRow * sizeof(int32_t);
 constexpr int kPageRowCapacity = (kMaxThreads - 32) * kPageRowLoadsPerThread;
 constexpr int kWarpPlanMaxEntries = 128;  // four per lane of one warp
 constexpr uint32_t kWarpScratchBytes = (kPageRowCapacity + kWarpPlanMaxEntries) * 4;

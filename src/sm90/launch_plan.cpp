@@ -104,12 +104,7 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
           ? tuned(tuning.prefill_stages, plan.token_warps ? kMaxStages : kPrefillMaxStages, 2,
                   kMaxStages)
           : tuned(tuning.stages, kMaxStages, 1, kMaxStages);
-  // The test-only override planning_in_q: the decode kernel's planning buffers and header in
-  // its Q region's free tail (kernel_traits.h), where they fit beside no receive buffer.
-  const bool planning_in_q = plan.decode_kernel && received_bytes == 0 &&
-                             kDecodeQRegionFreeOffset + planning_bytes <= q_end &&
-                             tuned(tuning.planning_in_q, 0, 0, 1) != 0;
-  const uint32_t fixed_bytes = rings_begin + (planning_in_q ? 0 : planning_bytes);
+  const uint32_t fixed_bytes = rings_begin + planning_bytes;
   const uint32_t ring_bytes = available > fixed_bytes ? available - fixed_bytes : 0;
   layout.num_stages =
       static_cast<int32_t>(std::min<uint32_t>(most_stages, ring_bytes / stage_bytes));
@@ -126,8 +121,6 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   if (raw_ring) offset += 2 * layout.raw_stages * kNvfp4TileBytes;
   layout.token_scales = offset;
   offset += (raw_ring ? layout.raw_stages : layout.num_stages) * scale_bytes;
-  const uint32_t rings_end = offset;
-  if (planning_in_q) offset = kDecodeQRegionFreeOffset;
   layout.union_blocks = offset;
   offset += align(candidates * 4, 16);
   layout.union_coords = offset;
@@ -141,7 +134,7 @@ SmemLayout smem_layout(const flashmsa_args& args, const LaunchPlan& plan,
   layout.warp_scratch = offset;
   offset += warp_scratch_bytes;
   layout.header = offset;
-  layout.bytes = planning_in_q ? rings_end : offset + align(sizeof(SmemHeader), 16);
+  layout.bytes = offset + align(sizeof(SmemHeader), 16);
   return layout;
 }
 

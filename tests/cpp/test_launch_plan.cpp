@@ -378,48 +378,6 @@ TEST(LaunchPlan, Nvfp4KvTakeTheDecodeKernelOrTheTwoConsumerKernel) {
   EXPECT_EQ(decode_off.num_consumer_warpgroups, 2);
 }
 
-TEST(LaunchPlan, PlanningInQGivesFp8DecodeAThirdStage) {
-  auto with_kv = [](const Shape& s, flashmsa_dtype kv_dtype) {
-    flashmsa_args args = args_of(s);
-    args.kv_dtype = kv_dtype;
-    return args;
-  };
-  flashmsa_tuning moved = sm90::default_tuning();
-  moved.planning_in_q = 1;
-  const flashmsa_args fp8 = with_kv(kDecodeBatch64, FLASHMSA_DTYPE_FP8_E4M3);
-  const LaunchPlan plain = plan_launch(fp8, h200(), sm90::default_tuning());
-  const LaunchPlan plan = plan_launch(fp8, h200(), moved);
-  ASSERT_TRUE(plan.decode_kernel);
-  // The planning buffers and the header sit in the Q region's free tail, past the cached page
-  // row and inside the second panel; the rings start where Q ends and take three fp8 stages.
-  EXPECT_EQ(plain.smem.num_stages, 2);
-  EXPECT_EQ(plan.smem.num_stages, 3);
-  EXPECT_EQ(plan.smem.union_blocks, sm90::kDecodeQRegionFreeOffset);
-  EXPECT_LT(plan.smem.union_blocks, plan.smem.union_coords);
-  EXPECT_LT(plan.smem.token_first_negative, plan.smem.header);
-  EXPECT_LE(plan.smem.header + sizeof(sm90::SmemHeader), 2u * sm90::kQPanelBytes);
-  EXPECT_EQ(plan.smem.k, 2u * sm90::kQPanelBytes);
-  EXPECT_EQ(plan.smem.bytes, plan.smem.v + plan.smem.num_stages * sm90::kFp8TileBytes);
-  EXPECT_LE(plan.smem.bytes + sm90::kSharedMemoryAlignmentSlack,
-            static_cast<uint32_t>(sm90::kTwoCtasPerSmSharedBytes));
-  EXPECT_EQ(plan.ctas_per_sm, plain.ctas_per_sm);
-  EXPECT_EQ(plan.num_splits, plain.num_splits);
-  // NVFP4's rings already hold the most stages; bf16's one 32 KiB stage gains none.
-  for (const flashmsa_dtype kv_dtype : {FLASHMSA_DTYPE_NVFP4, FLASHMSA_DTYPE_BF16}) {
-    SCOPED_TRACE(kv_dtype);
-    const flashmsa_args args = with_kv(kDecodeBatch64, kv_dtype);
-    EXPECT_EQ(plan_launch(args, h200(), moved).smem.num_stages,
-              plan_launch(args, h200(), sm90::default_tuning()).smem.num_stages);
-  }
-  // A push receive buffer (batch 1: 16 splits) or the prefill kernel: nothing moves.
-  const flashmsa_args one = with_kv(kDecodeBatch1, FLASHMSA_DTYPE_FP8_E4M3);
-  const LaunchPlan pushed = plan_launch(one, h200(), moved);
-  EXPECT_TRUE(pushed.push_reduce);
-  EXPECT_EQ(pushed.smem.union_blocks,
-            plan_launch(one, h200(), sm90::default_tuning()).smem.union_blocks);
-  EXPECT_EQ(plan_of(kPrefill32K, moved).smem.union_blocks, plan_of(kPrefill32K).smem.union_blocks);
-}
-
 TEST(LaunchPlan, ShortPrefillChunksOfOneToTwoWavesSplit) {
   // The production short chunks: 171 tokens (22 tiles x 4 KV heads = 88 units) 3 splits, 347
   // tokens (176 units) 3, through the workspace; 1404 tokens (704 units) and multi-token

@@ -682,24 +682,6 @@ def test_decode_paced_equals_unpaced(batch, pace, launch_overrides):
     check_gpu_result(case, got)
 
 
-PLANNING_IN_Q = [(64, 1, 16, BF16), (8, 8, 32, FP16)]
-
-
-@pytest.mark.parametrize("batch,qlen,topk,dtype", PLANNING_IN_Q,
-                         ids=[f"b{b}-q{q}-topk{t}-{dtype_id(d)}" for b, q, t, d in PLANNING_IN_Q])
-def test_decode_planning_in_q_equals_default(batch, qlen, topk, dtype, launch_overrides):
-    """The override planning_in_q=1 (the decode kernel's planning buffers and barrier header in
-    its Q region's free tail, which leaves room for a third fp8 ring slot) moves only where
-    things live: the result equals the default layout's bitwise, and is right."""
-    case = decode_case(batch, qlen, topk=topk, dtype=dtype, seed=476 + batch,
-                       tag="decode-planning-in-q")
-    want = run_gpu(case)
-    launch_overrides(planning_in_q=1)
-    got = run_gpu(case)
-    assert_same(case.name, "planning in Q vs the default layout", got, want)
-    check_gpu_result(case, got)
-
-
 @pytest.mark.parametrize("view", ["packed", "nhd"])
 def test_decode_cache_views(view):
     """vLLM's packed K|V cache and an NHD cache of fp8 pages, read in place, equal the
