@@ -48,12 +48,12 @@ constexpr uint32_t kPageRowBarrier = 3;    // named barrier: the guessed page-ta
 // warp planning): 1024 pages, a 131072-key request; blocks past that are looked up in global
 // memory as before. It lives in the second Q panel's rows 16..63, which a one-token tile never
 // loads (decode_consumer.cuh's exchange uses the first panel's).
-// (kCachedPageRow and its offset: kernel_traits.h.)
-static_assert(kCachedPageRowOffset + kCachedPageRow * sizeof(int32_t) <= 2 * kQPanelBytes,
+constexpr int kCachedPageRow = 128 * kPageRowLoadsPerThread;
+static_assert(kDecodeRows * 128 + kCachedPageRow * sizeof(int32_t) <= kQPanelBytes,
               "the cached page row must fit beside the token's Q rows");
 
 __device__ __forceinline__ int32_t* cached_page_row(const Smem& smem) {
-  return reinterpret_cast<int32_t*>(smem.q(0) + kCachedPageRowOffset);
+  return reinterpret_cast<int32_t*>(smem.q(0) + kQPanelBytes + kDecodeRows * 128);
 }
 
 // Pages of request `token` (the guess that row t is request t) that the consumers cache: none

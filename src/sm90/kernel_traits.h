@@ -204,11 +204,6 @@ struct SmemHeader {
 // kPageRowLoadsPerThread entries per thread of warps 1 and up, then the union slot of each of
 // the tile's (at most 128) index entries.
 constexpr int kPageRowLoadsPerThread = 8;
-// The decode kernel's Q region (two panels) holds the token's 16 Q rows, the consumer warps'
-// exchange (first panel, decode_consumer.cuh) and the guessed request's page row of
-// kCachedPageRow pages (second panel, past its Q rows: decode_kernel.cuh).
-constexpr int kCachedPageRow = 128 * kPageRowLoadsPerThread;
-constexpr uint32_t kCachedPageRowOffset = kQPanelBytes + kDecodeRows * 128;
 constexpr int kPageRowCapacity = (kMaxThreads - 32) * kPageRowLoadsPerThread;
 constexpr int kWarpPlanMaxEntries = 128;  // four per lane of one warp
 constexpr uint32_t kWarpScratchBytes = (kPageRowCapacity + kWarpPlanMaxEntries) * 4;
